@@ -1,0 +1,306 @@
+"""One typed, strict configuration for the whole pipeline.
+
+Every section forbids unknown keys so that a typo (``dapo.eps_hgih``) fails loudly with its
+path instead of silently falling back to a default. Presets live in ``configs/*.yaml`` and
+``--set a.b=value`` overrides are parsed as YAML scalars before validation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A config problem, always naming the dotted path of the offending key."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Sampling(Strict):
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(-1, ge=-1)  # -1 = off
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    repetition_penalty: float = Field(1.0, gt=0.0)
+    max_new_tokens: int = Field(512, ge=1)
+
+    def unbiased_problems(self) -> list[str]:
+        """Settings that make the sampler's distribution differ from the policy's.
+
+        The paper's top-k/min-p accident: any filter biases the importance ratio, so training
+        rollouts must sample from the raw softmax at temperature 1.0.
+        """
+        bad = []
+        if self.temperature != 1.0:
+            bad.append(f"temperature={self.temperature} (must be 1.0)")
+        if self.top_p != 1.0:
+            bad.append(f"top_p={self.top_p} (must be 1.0)")
+        if self.top_k not in (-1, 0):
+            bad.append(f"top_k={self.top_k} (must be -1/off)")
+        if self.min_p != 0.0:
+            bad.append(f"min_p={self.min_p} (must be 0.0)")
+        if self.repetition_penalty != 1.0:
+            bad.append(f"repetition_penalty={self.repetition_penalty} (must be 1.0)")
+        return bad
+
+
+class DataConfig(Strict):
+    train_dataset: str = "synth-train"
+    eval_dataset: str = "synth-eval"
+    tasks_file: str | None = None  # a local tasks.jsonl overriding the dataset store lookup
+    eval_tasks_file: str | None = None
+    projects_train: list[str] = Field(default_factory=list)  # "name==version"
+    projects_eval: list[str] = Field(default_factory=list)
+    max_tasks_per_project: int = Field(60, ge=1)
+    hint_level: int = Field(1, ge=0, le=3)
+    determinism_runs: int = Field(3, ge=1)
+    max_patch_files: int = Field(7, ge=1)
+    max_patch_lines: int = Field(500, ge=1)
+    max_failing_share: float = Field(0.5, gt=0.0, le=1.0)
+    seed: int = 0
+
+
+class EnvironmentConfig(Strict):
+    sandbox: Literal["docker", "local"] = "docker"
+    base_image: str = "swerl-base"
+    cpus: float = Field(1.0, gt=0)
+    memory: str = "1g"
+    pids_limit: int = Field(256, ge=16)
+    command_timeout_s: float = Field(30.0, gt=0)
+    test_timeout_s: float = Field(300.0, gt=0)
+    output_cap_bytes: int = Field(16_000, ge=256)
+    window: int = Field(100, ge=10)  # lines shown by the file viewer
+
+
+class RolloutConfig(Strict):
+    backend: Literal["hf", "openai", "vllm"] = "hf"
+    model: str = "default"  # "default" = the cached SmolLM2-135M-Instruct
+    server_url: str | None = None  # for backend=openai
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    max_turns: int = Field(10, ge=1)
+    max_context_tokens: int = Field(4096, ge=256)
+    observation_max_chars: int = Field(4000, ge=100)
+    samples_per_task: int = Field(2, ge=1)
+    concurrency: int = Field(4, ge=1)  # sandboxes at once
+    one_shot_demo: bool = False
+    action_format: Literal["tools", "tools+file"] = "tools+file"
+    sampling: Sampling = Field(default_factory=Sampling)
+    seed: int = 0
+
+
+class TrainConfig(Strict):
+    lr: float = Field(5e-6, gt=0)
+    batch_size: int = Field(8, ge=1)
+    micro_batch_tokens: int = Field(4096, ge=128)
+    epochs: int = Field(1, ge=1)
+    warmup_ratio: float = Field(0.1, ge=0, le=1)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    gradient_checkpointing: bool = True
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    accelerate_config: str | None = None  # infra/accelerate/*.yaml for multi-GPU
+
+
+class RFTConfig(Strict):
+    enabled: bool = True
+    samples_per_task: int = Field(10, ge=1)
+    one_shot_demo: bool = True
+    max_tasks: int | None = None
+    train: TrainConfig = Field(default_factory=TrainConfig)
+
+
+class DAPOStage(Strict):
+    iterations: int = Field(1, ge=0)
+    problems_per_iteration: int = Field(8, ge=1)
+    group_size: int = Field(10, ge=2)
+    eps_low: float = Field(0.2, ge=0, le=1)
+    eps_high: float = Field(0.28, ge=0)
+    lr: float = Field(1e-6, gt=0)
+    batch_size: int = Field(128, ge=1)  # trajectories per optimizer step
+    max_turns: int = Field(40, ge=1)
+    max_context_tokens: int = Field(65536, ge=256)
+    l_thr: int = Field(10, ge=1)
+    kl_coef: float = Field(0.0, ge=0)
+    filter_solved_share: float | None = None  # stage 2: drop tasks solved >= this share
+    drop_never_solved: bool = False
+
+    @model_validator(mode="after")
+    def _thresholds(self) -> "DAPOStage":
+        if self.l_thr >= self.max_turns:
+            raise ValueError(f"l_thr ({self.l_thr}) must be below max_turns ({self.max_turns})")
+        return self
+
+
+class DAPOConfig(Strict):
+    enabled: bool = True
+    stages: list[DAPOStage] = Field(default_factory=lambda: [DAPOStage()])
+    adv_delta: float = Field(1e-6, gt=0)
+    logprob_chunk: int = Field(1024, ge=16)
+    mismatch_warn_kl: float = Field(0.05, gt=0)
+    tis_cap: float | None = None  # truncated importance-sampling correction, off by default
+    train: TrainConfig = Field(default_factory=lambda: TrainConfig(lr=1e-6))
+
+
+class DifficultyConfig(Strict):
+    enabled: bool = True
+    samples_per_task: int = Field(4, ge=1)
+    min_pass_rate: float = Field(0.0, ge=0, le=1)
+    max_pass_rate: float = Field(1.0, ge=0, le=1)
+
+
+class EvalConfig(Strict):
+    runs: int = Field(10, ge=1)
+    max_tasks: int | None = None
+    k: list[int] = Field(default_factory=lambda: [1, 5])
+    sampling: Sampling = Field(default_factory=Sampling)
+    significance: float = Field(0.05, gt=0, lt=1)
+
+
+class OrchestrationConfig(Strict):
+    prefect_api_url: str | None = None  # None = Prefect's ephemeral API
+    cpu_pool: str = "swerl-cpu"
+    gpu_pool: str = "swerl-gpu"
+    sandbox_limit: int = Field(8, ge=1)
+    gpu_limit: int = Field(1, ge=1)
+    retries: int = Field(3, ge=0)
+    retry_delay_s: float = Field(10.0, ge=0)
+
+
+class StorageConfig(Strict):
+    uri: str = "file://.swerl/store"
+    s3_endpoint_url: str | None = None
+    s3_key: str | None = None  # env AWS_ACCESS_KEY_ID wins when unset
+    s3_secret: str | None = None
+
+
+class TrackingConfig(Strict):
+    uri: str = "sqlite:///.swerl/mlflow.db"
+    experiment: str | None = None  # default: swerl-{preset}
+    registered_model: str = "swerl-agent"
+    retry_s: float = Field(120.0, ge=0)
+
+
+class SwerlConfig(Strict):
+    preset: str = "custom"
+    seed: int = 0
+    data: DataConfig = Field(default_factory=DataConfig)
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    difficulty: DifficultyConfig = Field(default_factory=DifficultyConfig)
+    rft: RFTConfig = Field(default_factory=RFTConfig)
+    dapo: DAPOConfig = Field(default_factory=DAPOConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+
+    @model_validator(mode="after")
+    def _training_sampling_is_unbiased(self) -> "SwerlConfig":
+        bad = self.rollout.sampling.unbiased_problems()
+        if bad:
+            raise ValueError(
+                "rollout.sampling: training rollouts must sample from the unfiltered policy: "
+                + ", ".join(bad)
+            )
+        return self
+
+    @property
+    def experiment_name(self) -> str:
+        return self.tracking.experiment or f"swerl-{self.preset}"
+
+
+def _format_error(err: ValidationError, source: str) -> ConfigError:
+    lines = []
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{path}: unknown key")
+        elif path:
+            lines.append(f"{path}: {e['msg']}")
+        else:
+            lines.append(e["msg"])
+    return ConfigError(f"invalid config ({source}):\n  " + "\n  ".join(lines))
+
+
+def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for i, k in enumerate(keys[:-1]):
+        nxt = node.get(k)
+        if nxt is None:
+            nxt = node[k] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"{'.'.join(keys[: i + 1])}: is not a section, cannot set {dotted}")
+        node = nxt
+    node[keys[-1]] = value
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    if "=" not in item:
+        raise ConfigError(f"--set expects key=value, got {item!r}")
+    key, raw = item.split("=", 1)
+    return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+
+
+def preset_path(name: str) -> Path:
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    p = CONFIG_DIR / f"{name}.yaml"
+    if not p.exists():
+        known = ", ".join(sorted(x.stem for x in CONFIG_DIR.glob("*.yaml")))
+        raise ConfigError(f"unknown preset {name!r} (known: {known})")
+    return p
+
+
+def load_config(preset: str = "smoke", overrides: list[str] | None = None) -> SwerlConfig:
+    """Resolve a preset (name or YAML path) plus ``a.b=value`` overrides into a SwerlConfig."""
+    path = preset_path(preset)
+    tree = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    tree.setdefault("preset", path.stem)
+    for item in overrides or []:
+        key, value = parse_override(item)
+        _set_path(tree, key, value)
+    try:
+        return SwerlConfig.model_validate(tree)
+    except ValidationError as err:
+        raise _format_error(err, str(path)) from None
+
+
+def config_from_dict(tree: dict[str, Any], source: str = "dict") -> SwerlConfig:
+    try:
+        return SwerlConfig.model_validate(tree)
+    except ValidationError as err:
+        raise _format_error(err, source) from None
+
+
+def dump_config(cfg: SwerlConfig) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def flat_params(cfg: SwerlConfig) -> dict[str, str]:
+    """The resolved config as flat ``a.b.c -> str`` pairs, for tracking params."""
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        elif isinstance(node, list) and node and all(isinstance(x, dict) for x in node):
+            for i, v in enumerate(node):
+                walk(f"{prefix}.{i}", v)
+        else:
+            out[prefix] = str(node)
+
+    walk("", cfg.model_dump(mode="json"))
+    return out
