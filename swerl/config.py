@@ -96,17 +96,22 @@ class RolloutConfig(Strict):
     seed: int = 0
 
 
-class TrainConfig(Strict):
-    lr: float = Field(5e-6, gt=0)
-    batch_size: int = Field(8, ge=1)
+class TrainerConfig(Strict):
+    """How the optimizer runs; what it learns from (lr, batch) is set per stage."""
+
     micro_batch_tokens: int = Field(4096, ge=128)
-    epochs: int = Field(1, ge=1)
     warmup_ratio: float = Field(0.1, ge=0, le=1)
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
     gradient_checkpointing: bool = True
     dtype: Literal["float32", "bfloat16"] = "float32"
     accelerate_config: str | None = None  # infra/accelerate/*.yaml for multi-GPU
+
+
+class TrainConfig(TrainerConfig):
+    lr: float = Field(5e-6, gt=0)
+    batch_size: int = Field(8, ge=1)
+    epochs: int = Field(1, ge=1)
 
 
 class RFTConfig(Strict):
@@ -146,7 +151,7 @@ class DAPOConfig(Strict):
     logprob_chunk: int = Field(1024, ge=16)
     mismatch_warn_kl: float = Field(0.05, gt=0)
     tis_cap: float | None = None  # truncated importance-sampling correction, off by default
-    train: TrainConfig = Field(default_factory=lambda: TrainConfig(lr=1e-6))
+    train: TrainerConfig = Field(default_factory=TrainerConfig)
 
 
 class DifficultyConfig(Strict):
@@ -231,16 +236,28 @@ def _format_error(err: ValidationError, source: str) -> ConfigError:
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set `a.b.0.c` in a nested dict/list tree; list items are addressed by index."""
     keys = dotted.split(".")
-    node = tree
-    for i, k in enumerate(keys[:-1]):
-        nxt = node.get(k)
-        if nxt is None:
-            nxt = node[k] = {}
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"{'.'.join(keys[: i + 1])}: is not a section, cannot set {dotted}")
-        node = nxt
-    node[keys[-1]] = value
+    node: Any = tree
+    for i, k in enumerate(keys):
+        last = i == len(keys) - 1
+        where = ".".join(keys[: i + 1])
+        if isinstance(node, list):
+            if not k.isdigit() or int(k) >= len(node):
+                raise ConfigError(f"{where}: no such list item (length {len(node)})")
+            if last:
+                node[int(k)] = value
+            else:
+                node = node[int(k)]
+        elif isinstance(node, dict):
+            if last:
+                node[k] = value
+            else:
+                if node.get(k) is None:
+                    node[k] = {}
+                node = node[k]
+        else:
+            raise ConfigError(f"{'.'.join(keys[:i])}: is not a section, cannot set {dotted}")
 
 
 def parse_override(item: str) -> tuple[str, Any]:

@@ -1,0 +1,50 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both install what they need
+# and are idempotent: a second run does no downloads.
+SHELL := /bin/bash
+PY    := .venv/bin/python
+SWERL := .venv/bin/swerl
+STAMP := .venv/.swerl-installed
+PRESET ?= cpu-demo
+PYTEST_ARGS ?=
+
+.PHONY: setup venv docker demo test test-unit up down logs doctor clean
+
+$(STAMP): pyproject.toml requirements.lock
+	@test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	@# torch first and pinned, so no multi-GB CUDA build is pulled on a CPU machine
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c requirements.lock -e ".[test]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+docker:
+	@bash infra/ensure_docker.sh
+
+setup: venv docker
+	$(SWERL) setup
+
+demo: setup
+	$(SWERL) pipeline --preset $(PRESET)
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: venv
+	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+
+doctor: venv
+	$(SWERL) doctor
+
+up: venv docker
+	bash infra/stack.sh up
+
+down:
+	bash infra/stack.sh down
+
+logs:
+	bash infra/stack.sh logs
+
+clean:
+	rm -rf .swerl .pytest_cache
