@@ -51,6 +51,41 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor(_config(args))
 
 
+def _context(cfg: SwerlConfig, run_id: str | None):
+    from swerl.store import open_store
+    from training.stages import RunContext, default_run_id
+
+    return RunContext(cfg=cfg, store=open_store(cfg.storage), run_id=run_id or default_run_id(cfg))
+
+
+def _print_summary(title: str, summary: dict) -> None:
+    print(f"\n{title}")
+    for k, v in summary.items():
+        print(f"  {k:<22} {v:.4g}" if isinstance(v, float) else f"  {k:<22} {v}")
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    """Episodes of the current policy on a task set; prints the resolved rate and the time split."""
+    import logging
+
+    from training import stages
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = _config(args)
+    if args.tasks:
+        cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"tasks_file": args.tasks})})
+    ctx = _context(cfg, args.run_id)
+    tasks = stages.load_split(ctx, "train")
+    if args.max_tasks:
+        tasks = tasks[: args.max_tasks]
+    stats = stages.rollouts(ctx, "cli", 0, tasks, args.samples or cfg.rollout.samples_per_task, args.model,
+                            max_turns=cfg.rollout.max_turns, max_context=cfg.rollout.max_context_tokens,
+                            sampling=cfg.rollout.sampling)
+    _print_summary(f"rollout {ctx.run_id}: {len(tasks)} tasks -> {ctx.store.url(ctx.key('rollouts', 'cli', 0))}",
+                   stats.summary())
+    return 0
+
+
 # ---------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swerl", description=__doc__.splitlines()[0])
@@ -68,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="check docker, images, model, store, MLflow, Prefect, GPU, disk")
     _add_config_args(p)
     p.set_defaults(func=cmd_doctor)
+    p = sub.add_parser("rollout", help="run episodes of a policy on a task set and summarise them")
+    _add_config_args(p)
+    p.add_argument("--tasks", help="tasks.jsonl (default: the preset's train set)")
+    p.add_argument("--samples", type=int, help="episodes per task (default rollout.samples_per_task)")
+    p.add_argument("--model", default="base", help="'base' or a checkpoint name of this run (e.g. rft-0)")
+    p.add_argument("--max-tasks", type=int)
+    p.add_argument("--run-id", help="resume/extend this run (default: derived from the config)")
+    p.set_defaults(func=cmd_rollout)
     return parser
 
 

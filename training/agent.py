@@ -24,7 +24,6 @@ class AgentLimits:
     max_turns: int
     max_context_tokens: int
     max_new_tokens: int
-    observation_max_chars: int
     episode_timeout_s: float = 3600.0
 
 
@@ -55,10 +54,7 @@ class Episode:
         t0 = time.monotonic()
         step = self.env.step(text)
         env_time = time.monotonic() - t0
-        obs = step.observation
-        if len(obs) > self.limits.observation_max_chars:
-            half = self.limits.observation_max_chars // 2
-            obs = f"{obs[:half]}\n[... {len(obs) - 2 * half} characters cut ...]\n{obs[-half:]}"
+        obs = step.observation  # already truncated by the env (observation_max_chars)
         obs_ids = [] if step.done else chat.observation_ids(obs, completion.token_ids)
         self.traj.turns.append(Turn(
             token_ids=list(completion.token_ids), logprobs=list(completion.logprobs), text=text,

@@ -1,0 +1,348 @@
+"""The pipeline's stages as plain functions over one run: difficulty filter, RFT, DAPO, evaluation.
+
+Every stage's output is keyed in the object store under `runs/{run_id}/` (one record per finished
+episode, one directory per checkpoint with a completion marker, one report per evaluation), and
+each function first looks there: a re-run after a crash redoes nothing that finished. Prefect and
+MLflow wrap these functions in tasks/ and flows/; nothing here imports them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import shutil
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from environments.records import TaskInstance
+from swerl.config import Sampling, SwerlConfig, dump_config
+from swerl.paths import state_dir
+from training.agent import AgentLimits
+from training.rollout import RolloutSpec, RolloutStats, TrajectorySink, collect
+from training.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+MetricsFn = Callable[[str, dict[str, float], int | None], None]  # (stage, metrics, step)
+
+
+def config_hash(cfg: SwerlConfig) -> str:
+    return hashlib.sha256(dump_config(cfg).encode()).hexdigest()[:10]
+
+
+def default_run_id(cfg: SwerlConfig) -> str:
+    """Same config, same run: a re-run resumes instead of starting over."""
+    return f"{cfg.preset}-{config_hash(cfg)}"
+
+
+@dataclass
+class RunContext:
+    cfg: SwerlConfig
+    store: Any  # swerl.store.Store
+    run_id: str
+    on_metrics: MetricsFn = lambda stage, metrics, step: None
+    progress: bool = True
+    _backend: Any = field(default=None, repr=False)
+
+    def key(self, *parts: object) -> str:
+        return "/".join(["runs", self.run_id, *map(str, parts)])
+
+    @property
+    def work(self) -> Path:
+        p = state_dir() / "runs" / self.run_id
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+
+
+# ---------------------------------------------------------------- models
+def checkpoint_name(stage: str, iteration: int) -> str:
+    return f"{stage}-{iteration}"
+
+
+def has_checkpoint(ctx: RunContext, name: str) -> bool:
+    return ctx.store.dir_complete(ctx.key("checkpoints", name))
+
+
+def model_dir(ctx: RunContext, name: str) -> str:
+    """A local directory holding model `name`: "base" or a checkpoint of this run."""
+    if name == "base":
+        from swerl.model_cache import resolve_model
+
+        return resolve_model(ctx.cfg.rollout.model)
+    from training.checkpoint import is_complete
+
+    local = ctx.work / "checkpoints" / name
+    if not is_complete(local):
+        shutil.rmtree(local, ignore_errors=True)
+        ctx.store.get_dir(ctx.key("checkpoints", name), local)
+    return str(local)
+
+
+def publish_checkpoint(ctx: RunContext, local_dir: str | Path, name: str) -> str:
+    """Upload a complete local checkpoint; the store's own marker makes the upload atomic."""
+    key = ctx.key("checkpoints", name)
+    ctx.store.put_dir(local_dir, key)
+    return key
+
+
+def backend_for(ctx: RunContext, policy: str) -> Any:
+    """One inference backend per run, reloading weights when the policy changes."""
+    from training.inference import make_backend
+
+    path = model_dir(ctx, policy)
+    if ctx._backend is None:
+        ctx._backend = make_backend(ctx.cfg.rollout.model_copy(update={"model": path}))
+    elif getattr(ctx._backend, "model_path", None) != path:
+        ctx._backend.load_weights(path)
+    ctx._backend.policy_version = policy
+    return ctx._backend
+
+
+# ---------------------------------------------------------------- rollouts
+def rollouts(ctx: RunContext, stage: str, iteration: int, tasks: list[TaskInstance], samples: int, policy: str,
+             *, max_turns: int, max_context: int, sampling: Sampling, one_shot: bool = False,
+             l_thr: int | None = None) -> RolloutStats:
+    """`samples` episodes of each task with `policy`; finished episodes are reused on re-run."""
+    from environments.swe_env import SWEEnv
+    from training.dapo import reward
+    from training.inference.base import SamplingParams
+
+    cfg = ctx.cfg
+    backend = backend_for(ctx, policy)
+    spec = RolloutSpec(
+        limits=AgentLimits(max_turns=max_turns, max_context_tokens=max_context,
+                           max_new_tokens=sampling.max_new_tokens),
+        sampling=SamplingParams.from_config(sampling, seed=cfg.seed + iteration),
+        action_format=cfg.rollout.action_format, window=cfg.environment.window, one_shot=one_shot,
+        concurrency=cfg.rollout.concurrency)
+
+    def reward_fn(t: Trajectory) -> float:
+        if l_thr is None:
+            return float(t.status == "resolved")
+        return reward(t.status == "resolved", t.num_turns, l_thr, max_turns)
+
+    sink = TrajectorySink(ctx.store, ctx.key("rollouts", stage, iteration))
+    stats = collect(tasks, samples, backend,
+                    lambda task: SWEEnv(task, cfg.environment, cfg.rollout.action_format,
+                                        observation_max_chars=cfg.rollout.observation_max_chars),
+                    spec, reward_fn, sink=sink, progress=ctx.progress)
+    summary = stats.summary()
+    log.info("%s/%s rollouts: %s", stage, iteration, json.dumps({k: round(v, 4) for k, v in summary.items()}))
+    ctx.on_metrics(stage, {f"rollout/{k}": float(v) for k, v in summary.items()}, iteration)
+    return stats
+
+
+def stored_trajectories(ctx: RunContext, stage_prefix: str = "") -> list[Trajectory]:
+    """Every finished episode of this run (optionally of stages starting with a prefix)."""
+    out = []
+    for key in ctx.store.ls(ctx.key("rollouts")):
+        rel = key.split("/rollouts/", 1)[-1]
+        if key.endswith(".json") and rel.startswith(stage_prefix):
+            out.append(Trajectory.from_json(ctx.store.get_text(key)))
+    return out
+
+
+# ---------------------------------------------------------------- difficulty filter
+def difficulty_filter(ctx: RunContext, tasks: list[TaskInstance], policy: str = "base") -> list[TaskInstance]:
+    from training.difficulty import filter_band, pass_rates
+
+    cfg = ctx.cfg
+    stats = rollouts(ctx, "difficulty", 0, tasks, cfg.difficulty.samples_per_task, policy,
+                     max_turns=cfg.rollout.max_turns, max_context=cfg.rollout.max_context_tokens,
+                     sampling=cfg.rollout.sampling)
+    rates = pass_rates(stats.trajectories)
+    kept = filter_band(tasks, rates, cfg.difficulty.min_pass_rate, cfg.difficulty.max_pass_rate)
+    ctx.on_metrics("difficulty", {"tasks_in": len(tasks), "tasks_kept": len(kept)}, None)
+    ctx.store.put_json(ctx.key("difficulty", "rates.json"),
+                       {k: {"attempts": v.attempts, "solved": v.solved} for k, v in rates.items()})
+    return kept
+
+
+# ---------------------------------------------------------------- RFT
+def rft_stage(ctx: RunContext, tasks: list[TaskInstance], policy: str = "base") -> str:
+    """Sample with the base policy, keep resolved trajectories, fine-tune on them."""
+    from training import rft
+
+    name = checkpoint_name("rft", 0)
+    if has_checkpoint(ctx, name):
+        log.info("rft: checkpoint %s already complete, reusing it", name)
+        return name
+    cfg = ctx.cfg
+    chosen = tasks[: cfg.rft.max_tasks] if cfg.rft.max_tasks else tasks
+    stats = rollouts(ctx, "rft", 0, chosen, cfg.rft.samples_per_task, policy,
+                     max_turns=cfg.rollout.max_turns, max_context=cfg.rollout.max_context_tokens,
+                     sampling=cfg.rollout.sampling, one_shot=cfg.rft.one_shot_demo)
+    resolved = [t for t in stats.trajectories if t.status == "resolved"]
+    log.info("rft: %d resolved of %d trajectories", len(resolved), len(stats.trajectories))
+    ctx.on_metrics("rft", {"rft/trajectories": len(stats.trajectories), "rft/resolved": len(resolved)}, 0)
+    if not resolved:
+        log.warning("rft: no resolved trajectory to learn from; the policy stays %s", policy)
+        return policy
+    out = ctx.work / "staging" / name
+    shutil.rmtree(out, ignore_errors=True)
+    info = {"stage": "rft", "iteration": 0, "parent": policy, "run_id": ctx.run_id, "version": name,
+            "tasks_hash": _tasks_hash(chosen)}
+    path = rft.train(resolved, model_dir(ctx, policy), cfg.rft, out, info=info, seed=cfg.seed)
+    from training.checkpoint import read_info
+
+    ctx.on_metrics("rft", {f"rft/{k}": v for k, v in (read_info(path).get("metrics") or {}).items()}, 0)
+    publish_checkpoint(ctx, path, name)
+    return name
+
+
+# ---------------------------------------------------------------- DAPO
+def dapo_problems(ctx: RunContext, pool: list[TaskInstance], stage_idx: int, iteration: int) -> list[TaskInstance]:
+    """This iteration's problems: a seeded sample of the pool (stage 2 filters the pool first)."""
+    stage = ctx.cfg.dapo.stages[stage_idx]
+    if stage.filter_solved_share is not None or stage.drop_never_solved:
+        from training.difficulty import stage2_filter
+
+        pool, dropped = stage2_filter(pool, stored_trajectories(ctx, "dapo-"), stage.filter_solved_share,
+                                      stage.drop_never_solved)
+        log.info("dapo stage %d: pool after the stage-2 rule %d (dropped %s)", stage_idx + 1, len(pool), dropped)
+    rng = random.Random(f"{ctx.cfg.seed}-{stage_idx}-{iteration}")
+    return rng.sample(pool, min(stage.problems_per_iteration, len(pool)))
+
+
+def dapo_iteration(ctx: RunContext, stage_idx: int, iteration: int, pool: list[TaskInstance],
+                   policy: str) -> tuple[str, dict[str, float]]:
+    """Rollouts -> rewards -> group advantages -> one policy update -> checkpoint."""
+    import time
+
+    from training.checkpoint import load_checkpoint, read_info, save_checkpoint
+    from training.dapo import iteration_update, samples_from_groups
+
+    stage_name = f"dapo-s{stage_idx + 1}"
+    name = checkpoint_name(stage_name, iteration)
+    if has_checkpoint(ctx, name):
+        info = read_info(model_dir(ctx, name))
+        log.info("%s: checkpoint already complete, reusing it", name)
+        return name, info.get("metrics") or {}
+    stage = ctx.cfg.dapo.stages[stage_idx]
+    problems = dapo_problems(ctx, pool, stage_idx, iteration)
+    t0 = time.monotonic()
+    stats = rollouts(ctx, stage_name, iteration, problems, stage.group_size, policy,
+                     max_turns=stage.max_turns, max_context=stage.max_context_tokens,
+                     sampling=ctx.cfg.rollout.sampling, l_thr=stage.l_thr)
+    t_roll = time.monotonic() - t0
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in stats.trajectories:
+        groups[t.task_id].append(t)
+    samples, group_stats = samples_from_groups(list(groups.values()), ctx.cfg.dapo.adv_delta)
+    t1 = time.monotonic()
+    model, tokenizer, _ = _load_model(ctx, policy)
+    metrics = iteration_update(model, samples, ctx.cfg, stage, group_stats=group_stats,
+                               seed=ctx.cfg.seed + iteration)
+    t_train = time.monotonic() - t1
+    summary = stats.summary()
+    metrics.update({
+        "resolved_rate": summary["resolved_rate"], "format_error_rate": summary["format_error_rate"],
+        "mean_turns": summary["mean_turns"], "reward_mean_all": summary["reward_mean"],
+        "response_tokens": float(sum(len(tr.token_ids) for t in stats.trajectories for tr in t.turns)),
+        "time/rollout_s": t_roll, "time/generation_s": summary["gen_time_s"],
+        "time/environment_s": summary["env_time_s"], "time/grading_s": summary["grade_time_s"],
+        "time/training_s": t_train,
+    })
+    out = ctx.work / "staging" / name
+    shutil.rmtree(out, ignore_errors=True)
+    save_checkpoint(_unwrap(model), tokenizer, out, {
+        "stage": stage_name, "iteration": iteration, "parent": policy, "run_id": ctx.run_id, "version": name,
+        "dataset_hash": _tasks_hash(problems), "metrics": metrics})
+    publish_checkpoint(ctx, out, name)
+    step = sum(s.iterations for s in ctx.cfg.dapo.stages[:stage_idx]) + iteration
+    ctx.on_metrics("dapo", metrics, step)
+    return name, metrics
+
+
+def _load_model(ctx: RunContext, policy: str) -> tuple[Any, Any, dict]:
+    from training.checkpoint import load_checkpoint
+
+    path = model_dir(ctx, policy)
+    if policy == "base":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path), {}
+    return load_checkpoint(path)
+
+
+def _unwrap(model: Any) -> Any:
+    return getattr(model, "module", model)
+
+
+def _tasks_hash(tasks: list[TaskInstance]) -> str:
+    return hashlib.sha256("\n".join(sorted(t.instance_id for t in tasks)).encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- evaluation
+def evaluate(ctx: RunContext, label: str, policy: str, tasks: list[TaskInstance]) -> dict[str, Any]:
+    """n independent runs on the eval set; predictions per run, a report and a summary."""
+    from training.evaluation import predictions, summarize
+
+    cfg = ctx.cfg
+    report_key = ctx.key("eval", label, "report.json")
+    if ctx.store.exists(report_key):
+        return ctx.store.get_json(report_key)
+    chosen = tasks[: cfg.eval.max_tasks] if cfg.eval.max_tasks else tasks
+    stats = rollouts(ctx, f"eval-{label}", 0, chosen, cfg.eval.runs, policy,
+                     max_turns=cfg.rollout.max_turns, max_context=cfg.rollout.max_context_tokens,
+                     sampling=cfg.eval.sampling)
+    summary = summarize(stats.trajectories, chosen, cfg.eval.runs, cfg.eval.k)
+    for r in range(cfg.eval.runs):
+        lines = predictions(stats.trajectories, f"swerl/{ctx.run_id}/{policy}", r)
+        ctx.store.put_text(ctx.key("eval", label, f"predictions-run{r}.jsonl"),
+                           "".join(json.dumps(p) + "\n" for p in lines))
+    report = {"label": label, "policy": policy, "run_id": ctx.run_id, "dataset_hash": _tasks_hash(chosen),
+              **summary.to_dict(),
+              "resolved_ids": sorted(t.task_id for t in stats.trajectories if t.status == "resolved"),
+              "error_ids": sorted({t.task_id for t in stats.trajectories if t.status == "error"})}
+    ctx.store.put_json(report_key, report)
+    ctx.on_metrics(f"eval-{label}", {"pass@1": summary.pass1, "sem": summary.sem,
+                                     **{f"pass@{k}": v for k, v in summary.pass_k.items()},
+                                     "errors": summary.errors, "format_error_rate": summary.format_error_rate},
+                   None)
+    return report
+
+
+# ---------------------------------------------------------------- data
+def load_split(ctx: RunContext, split: str) -> list[TaskInstance]:
+    """The train or eval tasks of this run, with their instance images built.
+
+    A task whose image cannot be built is reported and skipped, not fatal: one broken project
+    must not take the run down.
+    """
+    from environments.images import ensure_images
+    from environments.records import load_tasks
+
+    d = ctx.cfg.data
+    path = d.tasks_file if split == "train" else d.eval_tasks_file
+    if path:
+        report = load_tasks(path)
+        for err in report.errors:
+            log.warning("skipping malformed task: %s", err)
+        tasks = report.tasks
+    else:
+        from environments.curation.dataset import load_dataset
+
+        tasks = load_dataset(ctx.store, d.train_dataset if split == "train" else d.eval_dataset)
+    if d.max_tasks_per_project:
+        per: dict[str, int] = defaultdict(int)
+        capped = []
+        for t in tasks:
+            per[t.project] += 1
+            if per[t.project] <= d.max_tasks_per_project:
+                capped.append(t)
+        tasks = capped
+    ready = []
+    for t in tasks:
+        try:
+            t.image = ensure_images([t], progress=log.info)[t.instance_id]
+            ready.append(t)
+        except Exception as e:  # noqa: BLE001 - reported, the rest of the set goes on
+            log.error("skipping task %s: its image could not be built: %s", t.instance_id, e)
+    if not ready:
+        raise RuntimeError(f"no usable {split} tasks (of {len(tasks)})")
+    return ready
