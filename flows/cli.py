@@ -86,6 +86,69 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+def _flow_args(args: argparse.Namespace) -> dict:
+    run_id = args.run_id
+    if getattr(args, "fresh", False) and not run_id:
+        import time
+
+        from training.stages import default_run_id
+
+        run_id = f"{default_run_id(_config(args))}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return {"preset": args.preset, "overrides": list(args.set), "run_id": run_id}
+
+
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    import json
+
+    from flows.pipeline import pipeline
+
+    _config(args)  # fail on a bad config before Prefect starts
+    result = pipeline(**_flow_args(args))
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def cmd_rft(args: argparse.Namespace) -> int:
+    from flows.pipeline import rft
+
+    _config(args)
+    print(f"rft checkpoint: {rft(**_flow_args(args))}")
+    return 0
+
+
+def cmd_dapo(args: argparse.Namespace) -> int:
+    from flows.pipeline import dapo
+
+    _config(args)
+    print(f"dapo checkpoint: {dapo(**_flow_args(args), policy=args.policy, iterations=args.iterations)}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    import json
+
+    from flows.pipeline import evaluate
+
+    sets = list(args.set)
+    if args.tasks:
+        sets.append(f"data.eval_tasks_file={args.tasks}")
+    if args.runs:
+        sets.append(f"eval.runs={args.runs}")
+    args.set = sets
+    _config(args)
+    report = evaluate(**_flow_args(args), policy=args.model, label=args.label)
+    keep = ("label", "policy", "pass@1", "sem", "n_tasks", "n_runs", "errors", "format_error_rate",
+            "by_project", "by_difficulty", "exit_reasons")
+    print(json.dumps({k: v for k, v in report.items() if k in keep or k.startswith("pass@")}, indent=2))
+    return 0
+
+
+def _add_run_args(p: argparse.ArgumentParser, default_preset: str = "smoke") -> None:
+    _add_config_args(p, default_preset)
+    p.add_argument("--run-id", help="the run to resume (default: derived from the resolved config)")
+    p.add_argument("--fresh", action="store_true", help="start a new run instead of resuming")
+
+
 # ---------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swerl", description=__doc__.splitlines()[0])
@@ -111,6 +174,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tasks", type=int)
     p.add_argument("--run-id", help="resume/extend this run (default: derived from the config)")
     p.set_defaults(func=cmd_rollout)
+
+    p = sub.add_parser("pipeline", help="run every stage (Prefect flow; ephemeral API unless configured)")
+    _add_run_args(p, "cpu-demo")
+    p.set_defaults(func=cmd_pipeline)
+
+    p = sub.add_parser("rft", help="rejection fine-tuning: sample, keep resolved, fine-tune")
+    _add_run_args(p)
+    p.set_defaults(func=cmd_rft)
+
+    p = sub.add_parser("dapo", help="iterative DAPO from a policy")
+    _add_run_args(p)
+    p.add_argument("--policy", default="base", help="'base' or a checkpoint name of the run (e.g. rft-0)")
+    p.add_argument("--iterations", type=int, help="run at most this many iterations")
+    p.set_defaults(func=cmd_dapo)
+
+    p = sub.add_parser("evaluate", help="Pass@1 +- SEM and Pass@k of a model on an eval set")
+    _add_run_args(p)
+    p.add_argument("--model", default="base",
+                   help="base, a checkpoint of the run, a local path, a store key or models:/swerl-agent@champion")
+    p.add_argument("--tasks", help="eval tasks.jsonl (default: the preset's eval set)")
+    p.add_argument("--runs", type=int, help="independent runs (default eval.runs)")
+    p.add_argument("--label", help="name of this evaluation in the run (default: the model)")
+    p.set_defaults(func=cmd_evaluate)
     return parser
 
 

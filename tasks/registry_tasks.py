@@ -29,7 +29,7 @@ def register_version(t: Any, policy: str, report: dict[str, Any]) -> str:
 
 def report_of_version(t: Any, version: str) -> dict[str, Any]:
     """The evaluation report a version was registered with (read back from the store)."""
-    tags = t.tracker.get_version_tags(version)
+    tags = t.tracker.get_version_tags(t.ctx.cfg.tracking.registered_model, version)
     return t.ctx.store.get_json(tags["swerl.report_key"])
 
 
@@ -45,7 +45,7 @@ def promote_version(t: Any, version: str, manual: bool = False) -> Decision:
     else:
         champ_report = report_of_version(t, str(champion)) if champion is not None else None
         decision = decide(report_of_version(t, version), champ_report, t.ctx.cfg.eval.significance)
-    t.tracker.set_version_tags(version, decision.tags() | (
+    t.tracker.set_version_tags(name, version, decision.tags() | (
         {"swerl.promotion.previous_champion": str(champion)} if champion is not None else {}))
     if decision.promote:
         t.tracker.set_alias(name, "champion", version)
@@ -84,7 +84,7 @@ def final_report(ref: RunRef, evals: dict[str, dict[str, Any]]) -> dict[str, Any
     rep = write_report(out, ctx.cfg.preset, ctx.run_id, evals, iterations, wall)
     for f in out.iterdir():
         ctx.store.put_file(f, ctx.key("report", f.name))
-        t.tracker.log_artifact(t.parent(), str(f), "report")
+        t.tracker.log_artifact(f, "report", run_id=t.parent())
     print((out / "report.md").read_text())
     return {"report": ctx.store.url(ctx.key("report", "report.json")), "eval": rep["eval"],
             "wall_time_s": rep["wall_time_s"]}

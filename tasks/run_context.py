@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from swerl.config import SwerlConfig, flat_params, load_config
 from swerl.store import open_store
+from tasks.model_uri import install as install_models_uri
 from training.stages import RunContext, default_run_id
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class Tracked:
                 cfg = self.ctx.cfg
                 rid = self.tracker.start_run(f"pipeline {self.ctx.run_id}",
                                              tags={"swerl.run_id": self.ctx.run_id, "swerl.preset": cfg.preset})
-                self.tracker.log_params(rid, flat_params(cfg))
+                self.tracker.log_params(flat_params(cfg), run_id=rid)
                 self.runs["parent"] = rid
                 self.ctx.store.put_json(self._key, self.runs)
             return self.runs["parent"]
@@ -74,9 +75,15 @@ class Tracked:
                 self.ctx.store.put_json(self._key, self.runs)
             return self.runs[stage]
 
+    def finish(self, status: str = "FINISHED") -> None:
+        """End every MLflow run of this pipeline run and flush what is buffered."""
+        for rid in self.runs.values():
+            self.tracker.end_run(status, run_id=rid)
+        self.tracker.close()
+
     def metrics(self, stage: str, metrics: dict[str, float], step: int | None) -> None:
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
-        self.tracker.log_metrics(self.child(stage), clean, step=step)
+        self.tracker.log_metrics(clean, step=step or 0, run_id=self.child(stage))
 
 
 _CACHE: dict[str, Tracked] = {}
@@ -92,6 +99,7 @@ def tracked(ref: RunRef) -> Tracked:
             cfg: SwerlConfig = load_config(ref.preset, ref.overrides)
             store = open_store(cfg.storage)
             tracker = Tracker(cfg)
+            install_models_uri(cfg)
             ctx = RunContext(cfg=cfg, store=store, run_id=ref.run_id)
             t = Tracked(ctx=ctx, tracker=tracker)
             t.load()

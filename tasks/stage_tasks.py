@@ -34,9 +34,9 @@ def load_tasks(ref: RunRef, split: str) -> list[dict[str, Any]]:
         t = tracked(ref)
         tasks = stages.load_split(t.ctx, split)
         dataset_hash = stages._tasks_hash(tasks)
-        t.tracker.log_dataset_input(t.parent(), name=f"{split}-tasks", digest=dataset_hash,
-                                    source_uri=t.ctx.cfg.data.tasks_file or t.ctx.store.url("datasets"),
-                                    n_rows=len(tasks), context=split)
+        t.tracker.log_dataset_input(f"{split}-tasks", dataset_hash,
+                                    t.ctx.cfg.data.tasks_file or t.ctx.store.url("datasets"),
+                                    len(tasks), context=split, run_id=t.parent())
         return [x.to_dict() for x in tasks]
 
 
@@ -77,4 +77,4 @@ def dapo_iteration(ref: RunRef, stage_idx: int, iteration: int, pool: list[dict[
 def _log_checkpoint(ref: RunRef, stage: str, name: str) -> None:
     """Record where the checkpoint lives (the store is the artifact of record: it is large)."""
     t = tracked(ref)
-    t.tracker.set_tags(t.child(stage), {f"checkpoint.{name}": t.ctx.store.url(t.ctx.key("checkpoints", name))})
+    t.tracker.set_tags({f"checkpoint.{name}": t.ctx.store.url(t.ctx.key("checkpoints", name))}, run_id=t.child(stage))

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import random
+import re
 import shutil
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -68,18 +69,25 @@ def has_checkpoint(ctx: RunContext, name: str) -> bool:
 
 
 def model_dir(ctx: RunContext, name: str) -> str:
-    """A local directory holding model `name`: "base" or a checkpoint of this run."""
-    if name == "base":
-        from swerl.model_cache import resolve_model
-
-        return resolve_model(ctx.cfg.rollout.model)
+    """A local directory holding model `name`: "base", a checkpoint of this run ("rft-0"), a store
+    key of a checkpoint directory, a local path, or a registry URI ("models:/swerl-agent@champion")."""
+    from swerl.model_cache import resolve_model
     from training.checkpoint import is_complete
 
-    local = ctx.work / "checkpoints" / name
-    if not is_complete(local):
-        shutil.rmtree(local, ignore_errors=True)
-        ctx.store.get_dir(ctx.key("checkpoints", name), local)
-    return str(local)
+    if name == "base":
+        return resolve_model(ctx.cfg.rollout.model)
+    key = ctx.key("checkpoints", name) if _is_checkpoint_name(name) else name.strip("/")
+    if _is_checkpoint_name(name) or (not Path(name).exists() and ":/" not in name and ctx.store.dir_complete(key)):
+        local = state_dir() / "models" / key
+        if not is_complete(local):
+            shutil.rmtree(local, ignore_errors=True)
+            ctx.store.get_dir(key, local)
+        return str(local)
+    return resolve_model(name)
+
+
+def _is_checkpoint_name(name: str) -> bool:
+    return re.fullmatch(r"(rft|dapo-s\d+)-\d+", name) is not None
 
 
 def publish_checkpoint(ctx: RunContext, local_dir: str | Path, name: str) -> str:
@@ -283,6 +291,7 @@ def evaluate(ctx: RunContext, label: str, policy: str, tasks: list[TaskInstance]
     from training.evaluation import predictions, summarize
 
     cfg = ctx.cfg
+    label = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")
     report_key = ctx.key("eval", label, "report.json")
     if ctx.store.exists(report_key):
         return ctx.store.get_json(report_key)
