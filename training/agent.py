@@ -76,20 +76,21 @@ class Episode:
         return None
 
 
-def build_messages(task: TaskInstance, action_format: str, window: int, one_shot: bool) -> list[dict[str, str]]:
+def build_messages(first_observation: str, action_format: str, window: int, one_shot: bool) -> list[dict[str, str]]:
+    """System prompt with the tool docs, the optional worked example, then the task."""
     from environments import prompts
 
     messages = [{"role": "system", "content": prompts.system_prompt(action_format, window)}]
     if one_shot:
         messages += prompts.one_shot_demo(action_format)
-    messages.append({"role": "user", "content": prompts.instance_prompt(task)})
+    messages.append({"role": "user", "content": first_observation})
     return messages
 
 
 def start_episode(task: TaskInstance, sample_index: int, env: Any, chat: ChatFormat, limits: AgentLimits,
                   policy_version: str, action_format: str, window: int, one_shot: bool) -> Episode:
-    env.reset()
-    ids = chat.prompt_ids(build_messages(task, action_format, window, one_shot))
+    first = env.reset()  # the task statement, as the agent sees it, with the cwd footer
+    ids = chat.prompt_ids(build_messages(first, action_format, window, one_shot))
     traj = Trajectory(task_id=task.instance_id, sample_index=sample_index, policy_version=policy_version,
                       prompt_token_ids=list(ids))
     return Episode(task=task, env=env, traj=traj, ids=list(ids), limits=limits)

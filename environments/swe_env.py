@@ -1,0 +1,163 @@
+"""SWEEnv: one episode of one task, as text in and text out.
+
+The rollout engine feeds the model's turn to `step()` and gets the observation back; `submit`
+ends the episode and the patch is `sandbox.diff()`. Grading never trusts the agent's container:
+`grade()` hands the diff to environments.grading, which applies it with the test patch on a
+fresh checkout. The agent's mistakes (format errors, bad tool arguments, failing or timed-out
+commands) become observations and the episode continues; infrastructure failures (a dead
+sandbox) raise, so that they are reported as status "error" and never scored as a reward of 0.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+from environments.actions import ActionFormat, FormatError, parse_action
+from environments.prompts import instance_prompt
+from environments.records import GradeResult, TaskInstance
+from environments.sandbox import Sandbox, SandboxDead, SandboxError
+from environments.shell_session import DiffTooLarge
+from environments.tools import Workspace, run_tool
+from swerl.config import EnvironmentConfig
+
+SandboxFactory = Callable[[str, EnvironmentConfig], Sandbox]
+
+# Pagers would wait for a keypress and editors for a terminal; make every program that might
+# start one print instead. Set once per session, in the agent's shell.
+_SESSION_SETUP = "export PAGER=cat GIT_PAGER=cat MANPAGER=cat GIT_EDITOR=true EDITOR=true TERM=dumb"
+
+
+@dataclass
+class StepResult:
+    observation: str
+    done: bool
+    format_error: bool
+    command: str | None  # the parsed action (None on a format error): Turn.command
+    exit_reason: Literal["submitted"] | None = None
+
+
+def truncate_middle(text: str, max_chars: int) -> str:
+    """Keep the head and the tail (where errors and summaries are) and say how much was cut."""
+    if len(text) <= max_chars:
+        return text
+    keep = max(max_chars - 80, 2)
+    head, tail = keep // 2, keep - keep // 2
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n[... {cut} characters cut from the middle of this output ...]\n{text[-tail:]}"
+
+
+class SWEEnv:
+    def __init__(self, task: TaskInstance, env_cfg: EnvironmentConfig, action_format: ActionFormat = "tools+file",
+                 sandbox_factory: SandboxFactory | None = None, observation_max_chars: int = 4000):
+        self.task = task
+        self.env_cfg = env_cfg
+        self.action_format = action_format
+        self.observation_max_chars = observation_max_chars
+        self._factory = sandbox_factory
+        self.sandbox: Sandbox | None = None
+        self.ws: Workspace | None = None
+        self.patch: str | None = None  # set by submit
+        self.done = False
+
+    # --- episode -------------------------------------------------------------------------------
+
+    def reset(self) -> str:
+        """Start a sandbox on the task image; the observation is the task prompt and the footer."""
+        self.close()
+        factory = self._factory or _default_factory()
+        self.sandbox = factory(self.task.image, self.env_cfg)
+        self.patch, self.done = None, False
+        res = self.sandbox.exec(f"cd {shlex.quote(self.sandbox.workdir)} && {_SESSION_SETUP}",
+                                timeout=self.env_cfg.command_timeout_s)
+        if res.exit_code != 0:
+            raise SandboxError(f"sandbox session setup failed ({res.exit_code}): {res.output.strip()[:500]}")
+        self.ws = Workspace(self.sandbox, self.sandbox.workdir, self.env_cfg.window)
+        return self._observe(instance_prompt(self.task))
+
+    def step(self, text: str) -> StepResult:
+        if self.ws is None or self.sandbox is None:
+            raise RuntimeError("SWEEnv.step() before reset()")
+        if self.done:
+            raise RuntimeError("SWEEnv.step() after the episode ended (submit)")
+        action = parse_action(text, self.action_format)
+        if isinstance(action, FormatError):
+            return StepResult(self._observe(action.message), False, True, None)
+        if action.kind == "tool" and action.tool == "submit":
+            if action.args:
+                return StepResult(self._observe("Usage: submit (no arguments)"), False, False, action.text)
+            try:
+                self.patch = self.sandbox.diff()
+            except DiffTooLarge as e:  # the agent's doing (e.g. a generated blob): let it clean up
+                note = (f"Not submitted: {e}. Remove or revert the large changes (git status shows them), "
+                        "then submit again.")
+                return StepResult(self._observe(note), False, False, action.text)
+            self.done = True
+            changed = sum(1 for ln in self.patch.splitlines() if ln.startswith("diff --git"))
+            return StepResult(f"Submitted: {changed} file(s) changed.", True, False, action.text, "submitted")
+        body = self._shell(action.text) if action.kind == "shell" else run_tool(self.ws, action)
+        return StepResult(self._observe(body), False, False, action.text)
+
+    def diff(self) -> str:
+        """The work tree's changes now (the patch so far; `patch` holds the submitted one)."""
+        if self.sandbox is None:
+            raise RuntimeError("no sandbox: reset() first")
+        return self.sandbox.diff()
+
+    def grade(self, patch: str | None = None) -> GradeResult:
+        """Grade `patch` (default: the submitted one, else the current diff) in a fresh container."""
+        from environments.grading import grade  # imported here: grading pulls in heavier deps
+
+        if patch is None:
+            patch = self.patch if self.patch is not None else self.diff()
+        return grade(self.task, patch, self.env_cfg)
+
+    def close(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+        self.sandbox, self.ws = None, None
+
+    def __enter__(self) -> "SWEEnv":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _shell(self, cmd: str) -> str:
+        assert self.sandbox is not None
+        timeout = self.env_cfg.command_timeout_s
+        res = self.sandbox.exec(cmd, timeout=timeout)
+        out = res.output.rstrip()
+        if res.truncated_bytes:
+            out += f"\n[... {res.truncated_bytes} more bytes of output were cut]"
+        if res.timed_out:
+            if not self.sandbox.alive:
+                raise SandboxDead(f"sandbox died while running a command that timed out: {cmd[:200]!r}")
+            hint = "[Avoid commands that run long or wait for input; run a narrower test or add a timeout.]"
+            if "timed out" not in out[-200:]:  # the backend may already have said so
+                hint = f"[The command timed out after {timeout:g} s and was stopped.]\n" + hint
+            return (out + "\n" if out else "") + hint
+        if not out:
+            return ("Your command ran successfully and did not produce any output." if res.exit_code == 0
+                    else f"(no output, exit code {res.exit_code})")
+        return out if res.exit_code == 0 else f"{out}\n(exit code {res.exit_code})"
+
+    def _observe(self, body: str) -> str:
+        """Cap the body, refresh the shell's directory, and end with the footer."""
+        assert self.ws is not None and self.sandbox is not None
+        res = self.sandbox.exec("pwd", timeout=self.env_cfg.command_timeout_s)
+        lines = res.output.strip().splitlines()
+        if res.exit_code == 0 and lines and lines[-1].startswith("/"):
+            self.ws.cwd = lines[-1]
+        elif not self.sandbox.alive:
+            raise SandboxDead("sandbox is gone (pwd failed)")
+        return truncate_middle(body, self.observation_max_chars) + "\n" + self.ws.footer()
+
+
+def _default_factory() -> SandboxFactory:
+    from environments.sandbox import open_sandbox  # written alongside the docker/local backends
+
+    return open_sandbox
