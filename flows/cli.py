@@ -143,6 +143,73 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tasks_with_images(path: str) -> list:
+    """Load a tasks file (reporting bad lines) and make sure every instance image exists."""
+    from environments.images import ensure_images
+    from environments.records import load_tasks
+
+    report = load_tasks(path)
+    for err in report.errors:
+        print(f"swerl: skipping malformed task: {err}", file=sys.stderr)
+    images = ensure_images(report.tasks)
+    for t in report.tasks:
+        t.image = images[t.instance_id]
+    return report.tasks
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from environments.grading import grade_many
+
+    cfg = _config(args)
+    tasks = {t.instance_id: t for t in _tasks_with_images(args.tasks)}
+    report = grade_many(tasks, args.predictions, cfg.environment, workers=args.workers)
+    Path(args.report).write_text(json.dumps(report, indent=2))
+    print(f"resolved {report['resolved_instances']} / unresolved {report['unresolved_instances']} / "
+          f"error {report['error_instances']}  (of {report['submitted_instances']} predictions) -> {args.report}")
+    for iid in report["error_ids"]:
+        print(f"  error {iid}: {report['instances'].get(iid, {}).get('error_reason', '')}")
+    return 0
+
+
+def cmd_env_shell(args: argparse.Namespace) -> int:
+    from environments.env_shell import run_shell
+
+    cfg = _config(args)
+    tasks = [t for t in _tasks_with_images(args.tasks) if t.instance_id == args.task_id] if args.tasks else []
+    if not tasks:
+        print(f"swerl: task {args.task_id} not found in {args.tasks}", file=sys.stderr)
+        return 2
+    run_shell(tasks[0], cfg.environment, cfg.rollout.action_format,
+              observation_max_chars=cfg.rollout.observation_max_chars)
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import json
+
+    cfg = _config(args)
+    if args.what == "env":
+        from environments.bench_env import bench_exec
+        from environments.bench_grading import bench_grading
+
+        out = {"exec": bench_exec(n=args.n, cfg=cfg.environment)}
+        tasks = _tasks_with_images(args.tasks or "environments/fixtures/tasks.jsonl")
+        out["grading"] = bench_grading(tasks[0], n=max(3, args.n // 40), env_cfg=cfg.environment)
+    elif args.what == "rollout":
+        from training.bench_rollout import bench_rollout
+
+        out = bench_rollout(cfg=cfg)
+    else:
+        from training.bench_train import bench_train
+
+        out = bench_train()
+    print(json.dumps(out, indent=2, default=str))
+    return 0
+
+
 def _add_run_args(p: argparse.ArgumentParser, default_preset: str = "smoke") -> None:
     _add_config_args(p, default_preset)
     p.add_argument("--run-id", help="the run to resume (default: derived from the resolved config)")
@@ -197,6 +264,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, help="independent runs (default eval.runs)")
     p.add_argument("--label", help="name of this evaluation in the run (default: the model)")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("grade", help="grade SWE-bench-format predictions in fresh containers")
+    _add_config_args(p)
+    p.add_argument("--tasks", required=True, help="tasks.jsonl (SWE-bench format plus swerl fields)")
+    p.add_argument("--predictions", required=True, help="predictions .jsonl/.json (instance_id, model_patch)")
+    p.add_argument("--report", default="report.json")
+    p.add_argument("--workers", type=int, default=2)
+    p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("env", help="the gym, by hand")
+    esub = p.add_subparsers(dest="env_command", required=True)
+    sh = esub.add_parser("shell", help="act as the agent on a task: type actions, see observations")
+    _add_config_args(sh)
+    sh.add_argument("task_id")
+    sh.add_argument("--tasks", required=True)
+    sh.set_defaults(func=cmd_env_shell)
+
+    p = sub.add_parser("bench", help="measure sandboxes and grading, rollouts, or the trainer")
+    p.add_argument("what", choices=["env", "rollout", "train"])
+    _add_config_args(p)
+    p.add_argument("--n", type=int, default=200, help="samples for the env bench")
+    p.add_argument("--tasks", help="tasks.jsonl for the grading bench (default: the fixtures)")
+    p.set_defaults(func=cmd_bench)
     return parser
 
 
