@@ -184,6 +184,7 @@ class StorageConfig(Strict):
     s3_endpoint_url: str | None = None
     s3_key: str | None = None  # env AWS_ACCESS_KEY_ID wins when unset
     s3_secret: str | None = None
+    retry_s: float = Field(120.0, ge=0)  # how long a storage outage is retried before failing
 
 
 class TrackingConfig(Strict):

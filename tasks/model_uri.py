@@ -35,6 +35,9 @@ def resolve_registry_uri(uri: str, cfg: SwerlConfig) -> str:
     key = f"runs/{tags['swerl.run_id']}/checkpoints/{tags['swerl.policy']}"
     local = state_dir() / "models" / key
     if not is_complete(local):
+        import shutil
+
+        shutil.rmtree(local, ignore_errors=True)
         open_store(cfg.storage).get_dir(key, local)
     return str(local)
 

@@ -1,0 +1,444 @@
+"""MLflow tracking: the only module that talks to MLflow.
+
+Prefect tasks and the CLI use a `Tracker`; library code (environments/, training/) never imports
+this, it receives a plain callback such as `tracker.metrics_callback()`.
+
+A tracking outage must not kill a training run, and must not silently lose data either:
+
+- metrics, params, tags and run ends go into a buffer and are sent with `MlflowClient.log_batch` (one
+  request per kind instead of one per value: 50 single `log_metric` calls measured 1.6 s). A
+  failed send keeps the buffer; it is retried on later calls (with backoff, so a dead server
+  does not slow every call) and at `flush(timeout)` / `close()`.
+- once the backend has been unreachable for `cfg.tracking.retry_s`, what is still buffered is
+  dropped, logged loudly with counts per kind, and added to `tracker.dropped`.
+- artifacts and dataset inputs are retried for the same window, then dropped and
+  counted the same way. Starting a run and the model registry are not optional: they retry and
+  then raise `TrackingUnavailable`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mlflow import MlflowClient
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from mlflow.utils.validation import (
+    MAX_DATASET_DIGEST_SIZE,
+    MAX_METRICS_PER_BATCH,
+    MAX_PARAM_VAL_LENGTH,
+    MAX_PARAMS_TAGS_PER_BATCH,
+    MAX_TAG_VAL_LENGTH,
+)
+
+from swerl.config import SwerlConfig, flat_params
+from swerl.store import is_transient as is_transient_io
+from swerl.store import open_store, retry_call
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# MLflow error codes that no amount of waiting fixes (a changed param, a deleted run, bad name).
+PERMANENT_CODES = frozenset({
+    "INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST", "RESOURCE_ALREADY_EXISTS",
+    "INVALID_STATE", "BAD_REQUEST", "PERMISSION_DENIED", "UNAUTHENTICATED",
+    "CUSTOMER_UNAUTHORIZED", "FEATURE_DISABLED", "ENDPOINT_NOT_FOUND", "NOT_IMPLEMENTED",
+})
+BATCH_LIMITS = {"metrics": MAX_METRICS_PER_BATCH, "params": MAX_PARAMS_TAGS_PER_BATCH,
+                "tags": MAX_PARAMS_TAGS_PER_BATCH, "status": 1}
+MAX_BACKOFF_S = 30.0
+
+
+class TrackingUnavailable(RuntimeError):
+    """The tracking backend stayed unreachable for the whole retry window."""
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """A buffered `set_terminated`: a stage that ends during an outage is marked ended later."""
+
+    key: str  # the status, named `key` like the other buffered records for error messages
+    end_time: int
+
+
+Record = Metric | Param | RunTag | RunEnd
+
+
+def is_transient(err: BaseException) -> bool:
+    """MLflow wraps connection errors and database locks into MlflowException(INTERNAL_ERROR /
+    TEMPORARILY_UNAVAILABLE); artifact uploads raise the storage client's own errors."""
+    if isinstance(err, MlflowException):
+        return err.error_code not in PERMANENT_CODES
+    return is_transient_io(err)
+
+
+def resolve_tracking_uri(uri: str) -> str:
+    """`sqlite:///rel.db` is relative to the working directory: pin it, and create its folder."""
+    if uri.startswith("sqlite:///"):
+        path = Path(uri[len("sqlite:///"):]).expanduser().resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{path}"
+    return uri
+
+
+def _truncate(value: Any, limit: int) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _export_s3_env(cfg: SwerlConfig) -> None:
+    """MLflow's S3 artifact client (boto3) reads only the environment, so hand it the store's
+    endpoint and keys; values the user already exported win."""
+    endpoint = cfg.storage.s3_endpoint_url or os.environ.get("SWERL_S3_ENDPOINT_URL")
+    for name, value in [("MLFLOW_S3_ENDPOINT_URL", endpoint),
+                        ("AWS_ACCESS_KEY_ID", cfg.storage.s3_key),
+                        ("AWS_SECRET_ACCESS_KEY", cfg.storage.s3_secret)]:
+        if value:
+            os.environ.setdefault(name, value)
+
+
+def _bound_http_retries() -> None:
+    """Our own retry window replaces MLflow's HTTP retries (7 with backoff by default: minutes
+    per call), so that `retry_s` bounds how long any call can block. Exported values win."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+
+
+def check_tracking(cfg: SwerlConfig) -> str:
+    """One cheap read against the tracking backend (for `swerl doctor`); raises if unusable.
+
+    Creates nothing but the SQLite schema of a fresh embedded database.
+    """
+    _bound_http_retries()
+    uri = resolve_tracking_uri(cfg.tracking.uri)
+    MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    return uri
+
+
+class Tracker:
+    """One experiment (`cfg.experiment_name`), its runs, and the model registry."""
+
+    def __init__(self, cfg: SwerlConfig, client: MlflowClient | None = None) -> None:
+        _bound_http_retries()
+        self.cfg = cfg
+        self.retry_s = cfg.tracking.retry_s
+        self.model_name = cfg.tracking.registered_model
+        self.tracking_uri = resolve_tracking_uri(cfg.tracking.uri)
+        self.artifact_location = open_store(cfg.storage).url("mlflow")
+        if self.artifact_location.startswith("s3://"):
+            _export_s3_env(cfg)
+        self.client = client or MlflowClient(tracking_uri=self.tracking_uri,
+                                             registry_uri=self.tracking_uri)
+        self.dropped: Counter[str] = Counter()
+        self._experiment_id: str | None = None
+        self._active: list[str] = []
+        self._pending: list[tuple[str, str, Record]] = []  # (run_id, kind, record), in order
+        self._lock = threading.RLock()
+        self._outage_since: float | None = None
+        self._next_try = 0.0
+        self._backoff = 0.5
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        """A call that must happen: retried for the window, then TrackingUnavailable."""
+        return retry_call(fn, f"tracking: {what} ({self.tracking_uri})", self.retry_s,
+                          transient=is_transient, unavailable=TrackingUnavailable)
+
+    def _call_or_drop(self, kind: str, what: str, fn: Callable[[], T]) -> T | None:
+        """A call that may be lost after the window, but never quietly."""
+        try:
+            return self._call(what, fn)
+        except TrackingUnavailable as e:
+            self.dropped[kind] += 1
+            log.error("TRACKING DATA LOST: dropped 1 %s (%s): %s", kind, what, e)
+            return None
+
+    def _run_id(self, run_id: str | None) -> str:
+        if run_id:
+            return run_id
+        if not self._active:
+            raise RuntimeError("no active run: call start_run() first or pass run_id")
+        return self._active[-1]
+
+    @property
+    def experiment_id(self) -> str:
+        if self._experiment_id is None:
+            self._experiment_id = self._call("get or create experiment", self._ensure_experiment)
+        return self._experiment_id
+
+    def _ensure_experiment(self) -> str:
+        name = self.cfg.experiment_name
+        exp = self.client.get_experiment_by_name(name)
+        if exp is None:
+            try:
+                return self.client.create_experiment(name, artifact_location=self.artifact_location)
+            except MlflowException as e:  # created by a concurrent worker in between
+                if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+                exp = self.client.get_experiment_by_name(name)
+        if exp.lifecycle_stage == "deleted":
+            self.client.restore_experiment(exp.experiment_id)
+        if exp.artifact_location.rstrip("/") != self.artifact_location:
+            log.warning("experiment %s keeps its artifact location %s (store now at %s)",
+                        name, exp.artifact_location, self.artifact_location)
+        return exp.experiment_id
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def start_run(self, name: str, parent_run_id: str | None = None,
+                  tags: Mapping[str, Any] | None = None) -> str:
+        """Create a run; nested under `parent_run_id`, else under this tracker's active run."""
+        parent = parent_run_id or (self._active[-1] if self._active else None)
+        all_tags = {"swerl.preset": self.cfg.preset, **{k: str(v) for k, v in (tags or {}).items()}}
+        if parent:
+            all_tags[MLFLOW_PARENT_RUN_ID] = parent
+        experiment_id = self.experiment_id
+        run = self._call(f"start run {name}", lambda: self.client.create_run(
+            experiment_id, run_name=name, tags=all_tags))
+        self._active.append(run.info.run_id)
+        return run.info.run_id
+
+    def end_run(self, status: str = "FINISHED", run_id: str | None = None) -> None:
+        """Mark the run ended (buffered like metrics: never blocks on an outage)."""
+        run_id = self._run_id(run_id)
+        if run_id in self._active:
+            self._active.remove(run_id)
+        self._enqueue(run_id, "status", [RunEnd(status, int(time.time() * 1000))])
+
+    @contextmanager
+    def run(self, name: str, parent_run_id: str | None = None,
+            tags: Mapping[str, Any] | None = None) -> Iterator[str]:
+        """`with tracker.run("rft") as run_id:`; FAILED or KILLED when the body raises."""
+        run_id = self.start_run(name, parent_run_id, tags)
+        status = "FINISHED"
+        try:
+            yield run_id
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
+        except BaseException:
+            status = "FAILED"
+            raise
+        finally:
+            self.end_run(status, run_id)
+
+    # -- buffered: metrics, params, tags ------------------------------------------------------
+
+    def _enqueue(self, run_id: str | None, kind: str, items: list[Record]) -> None:
+        run_id = self._run_id(run_id)
+        with self._lock:
+            self._pending.extend((run_id, kind, x) for x in items)
+        if time.monotonic() >= self._next_try:
+            self.flush()
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int = 0,
+                    run_id: str | None = None) -> None:
+        now = int(time.time() * 1000)  # stamped when measured, not when the buffer is sent
+        self._enqueue(run_id, "metrics", [Metric(k, float(v), now, step) for k, v in metrics.items()])
+
+    def log_params(self, params: Mapping[str, Any], run_id: str | None = None) -> None:
+        self._enqueue(run_id, "params",
+                      [Param(k, _truncate(v, MAX_PARAM_VAL_LENGTH)) for k, v in params.items()])
+
+    def log_config(self, cfg: SwerlConfig | None = None, run_id: str | None = None) -> None:
+        """The resolved config as flat params (`rollout.sampling.temperature` ...)."""
+        self.log_params(flat_params(cfg or self.cfg), run_id)
+
+    def set_tags(self, tags: Mapping[str, Any], run_id: str | None = None) -> None:
+        self._enqueue(run_id, "tags",
+                      [RunTag(k, _truncate(v, MAX_TAG_VAL_LENGTH)) for k, v in tags.items()])
+
+    def metrics_callback(self, run_id: str | None = None,
+                         prefix: str = "") -> Callable[[Mapping[str, float], int], None]:
+        """What library code gets instead of a tracker: `on_metrics(values, step)`."""
+        run_id = self._run_id(run_id)
+
+        def on_metrics(values: Mapping[str, float], step: int) -> None:
+            self.log_metrics({f"{prefix}{k}": v for k, v in values.items()}, step, run_id)
+
+        return on_metrics
+
+    @property
+    def pending(self) -> Counter[str]:
+        """What is buffered right now, per kind."""
+        with self._lock:
+            return Counter(kind for _, kind, _ in self._pending)
+
+    def flush(self, timeout: float = 0.0) -> bool:
+        """Send the buffer, retrying for up to `timeout` s; True once it is empty.
+
+        When the backend has been down for longer than the retry window, the buffer is dropped
+        (loudly) instead, and False is returned.
+        """
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                try:
+                    self._send_pending()
+                except Exception as e:
+                    if not is_transient(e):
+                        raise
+                    if not self._note_failure(e):
+                        return False
+                    now = time.monotonic()
+                    if now >= deadline:
+                        return False
+                    time.sleep(max(0.0, min(self._next_try, deadline) - now))
+                    continue
+                if self._outage_since is not None:
+                    log.warning("tracking: backend reachable again after %.0fs, buffer flushed",
+                                time.monotonic() - self._outage_since)
+                self._outage_since, self._next_try, self._backoff = None, 0.0, 0.5
+                return True
+
+    def _note_failure(self, err: BaseException) -> bool:
+        """Record a failed send; False when the outage outlasted the window (buffer dropped)."""
+        now = time.monotonic()
+        if self._outage_since is None:
+            self._outage_since = now
+            log.warning("tracking: backend unreachable (%s: %s); buffering %s",
+                        type(err).__name__, err, dict(self.pending))
+        if now - self._outage_since >= self.retry_s:
+            lost = self.pending
+            self._pending.clear()
+            self.dropped.update(lost)
+            log.error("TRACKING DATA LOST: backend %s unreachable for %.0fs; dropped %s "
+                      "(total dropped so far: %s); last error: %s", self.tracking_uri,
+                      now - self._outage_since, dict(lost), dict(self.dropped), err)
+            return False
+        self._next_try = now + self._backoff
+        self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
+        return True
+
+    def _send_pending(self) -> None:
+        """Send buffered records one (run, kind) batch at a time, removing each once accepted."""
+        while self._pending:
+            run_id, kind, _ = self._pending[0]
+            picked = [i for i, (r, k, _) in enumerate(self._pending) if r == run_id and k == kind]
+            picked = picked[: BATCH_LIMITS[kind]]
+            self._send_batch(run_id, kind, [self._pending[i][2] for i in picked])
+            taken = set(picked)
+            self._pending = [x for i, x in enumerate(self._pending) if i not in taken]
+
+    def _send_batch(self, run_id: str, kind: str, items: list[Record]) -> None:
+        try:
+            if kind == "status":
+                (end,) = items
+                self.client.set_terminated(run_id, end.key, end_time=end.end_time)
+            else:
+                self.client.log_batch(run_id, **{kind: items})
+            return
+        except Exception as e:
+            if is_transient(e):
+                raise
+            if len(items) == 1:  # e.g. a param changed value, a metric name MLflow rejects
+                self.dropped[kind] += 1
+                log.error("TRACKING DATA LOST: %s rejected for run %s: %s: %s",
+                          kind, run_id, items[0].key, e)
+                return
+        for item in items:  # isolate the rejected record(s); keep the rest
+            self._send_batch(run_id, kind, [item])
+
+    # -- artifacts and inputs -----------------------------------------------------------------
+
+    def log_artifact(self, local_path: str | Path, artifact_path: str | None = None,
+                     run_id: str | None = None) -> None:
+        run_id = self._run_id(run_id)
+        self._call_or_drop("artifacts", f"log artifact {local_path}",
+                           lambda: self.client.log_artifact(run_id, str(local_path), artifact_path))
+
+    def log_dict(self, obj: dict[str, Any], artifact_file: str, run_id: str | None = None) -> None:
+        run_id = self._run_id(run_id)
+        self._call_or_drop("artifacts", f"log dict {artifact_file}",
+                           lambda: self.client.log_dict(run_id, obj, artifact_file))
+
+    def log_dataset_input(self, name: str, digest: str, source_uri: str, n_rows: int,
+                          context: str = "train", run_id: str | None = None) -> None:
+        """Record which dataset version a run consumed (MLflow keeps only 36 digest chars; the
+        full sha256 goes into the profile)."""
+        run_id = self._run_id(run_id)
+        scheme = source_uri.split("://", 1)[0] if "://" in source_uri else "local"
+        dataset = Dataset(
+            name=name,
+            digest=digest[:MAX_DATASET_DIGEST_SIZE],
+            source_type="local" if scheme == "file" else scheme,
+            source=json.dumps({"uri": source_uri}),
+            profile=json.dumps({"num_rows": n_rows, "sha256": digest}),
+        )
+        inputs = [DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])]
+        self._call_or_drop("inputs", f"log dataset {name}",
+                           lambda: self.client.log_inputs(run_id, datasets=inputs))
+
+    # -- model registry (not optional: promotion decisions must not vanish) --------------------
+
+    def register_model(self, source_uri: str, run_id: str | None = None,
+                       tags: Mapping[str, Any] | None = None) -> str:
+        """A new version of `cfg.tracking.registered_model` pointing at `source_uri`."""
+
+        def create_model() -> None:
+            try:
+                self.client.create_registered_model(self.model_name)
+            except MlflowException as e:
+                if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+
+        self._call(f"create registered model {self.model_name}", create_model)
+        str_tags = {k: str(v) for k, v in (tags or {}).items()}
+        version = self._call(f"register {source_uri}", lambda: self.client.create_model_version(
+            self.model_name, source_uri, run_id=run_id, tags=str_tags))
+        return str(version.version)
+
+    def set_alias(self, name: str, alias: str, version: str | int) -> None:
+        self._call(f"set alias {name}@{alias}",
+                   lambda: self.client.set_registered_model_alias(name, alias, str(version)))
+
+    def get_version_by_alias(self, name: str, alias: str) -> str | None:
+        """The version behind `name@alias`, or None when the model or alias does not exist."""
+
+        def lookup() -> str | None:
+            try:
+                return str(self.client.get_model_version_by_alias(name, alias).version)
+            except MlflowException as e:
+                if e.error_code in ("INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST"):
+                    return None
+                raise
+
+        return self._call(f"get {name}@{alias}", lookup)
+
+    def get_version_tags(self, name: str, version: str | int) -> dict[str, str]:
+        return self._call(f"read tags of {name} v{version}",
+                          lambda: dict(self.client.get_model_version(name, str(version)).tags or {}))
+
+    def set_version_tags(self, name: str, version: str | int, tags: Mapping[str, Any]) -> None:
+        for key, value in tags.items():
+            self._call(f"tag {name} v{version}", lambda k=key, v=value: self.client.set_model_version_tag(
+                name, str(version), k, str(v)))
+
+    # -- lifetime -----------------------------------------------------------------------------
+
+    def close(self, timeout: float | None = None) -> Counter[str]:
+        """Flush what is buffered (waiting up to `timeout`, default the retry window) and return
+        what was dropped over the tracker's life."""
+        self.flush(self.retry_s if timeout is None else timeout)
+        if self.dropped:
+            log.error("TRACKING DATA LOST over this tracker's life: %s", dict(self.dropped))
+        return self.dropped
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
