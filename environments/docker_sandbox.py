@@ -1,0 +1,312 @@
+"""Docker backend: one container per sandbox, one persistent bash per container.
+
+The container's main process (`sleep infinity` under Docker's init, which reaps zombies) runs as
+`nobody`, while every command runs as the image's non-root user `swerl`: the agent can signal
+its own processes, so `kill -9 -1` only ends its shell (which is restarted), never the container.
+Limits: no network, all capabilities dropped, no-new-privileges, CPU / memory (no swap) / pids
+from the config, a size-limited tmpfs at /tmp and a per-file size limit (`ulimit -f`) covering
+/testbed, since overlay2 here cannot cap a container's disk use.
+
+The Docker SDK is used over the daemon's socket instead of the CLI: one hijacked exec socket per
+sandbox costs no client process, and the persistent shell speaks Docker's multiplexed stream.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import threading
+import time
+from typing import Any
+
+import docker
+import docker.errors
+from docker.types import Ulimit
+
+from environments import sandbox as lifecycle
+from environments.sandbox import WORKDIR, SandboxError, owner_gone, owner_label, process_started_at
+from environments.shell_session import (
+    READ_CHUNK,
+    Outcome,
+    OutputCap,
+    SessionError,
+    ShellSandbox,
+    ShellSession,
+    read_to_eof,
+    timeout_argv,
+)
+from swerl.config import EnvironmentConfig
+
+LABEL = "swerl"
+KEEPER_USER = "65534:65534"  # nobody: a different uid, so the agent cannot kill the keeper
+TMP_SIZE = "256m"
+MAX_FILE_BYTES = 2 << 30  # `ulimit -f` inside: no single file above this (/testbed is on disk)
+HOST_GRACE_S = 15.0  # run(): how long after `timeout` fires the host still waits for the end
+
+# Kill every process whose session is $1 (the shell's own session), except $1 unless $2 = all.
+# Runs as a separate exec, as the same user as the shell; loops because killed parents' children
+# may still be forking. Plain bash + /proc: no procps in the images.
+KILL_SESSION_SH = r"""
+s=$1; all=$2
+for round in 1 2 3 4 5; do
+  found=
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    [ "$p" = "$s" ] && [ "$all" != all ] && continue
+    read -r st < "$d/stat" 2>/dev/null || continue
+    st=${st##*) }
+    set -- $st
+    [ "$4" = "$s" ] && { kill -9 "$p" 2>/dev/null; found=1; }
+  done
+  [ -z "$found" ] && break
+done
+"""
+
+_client_lock = threading.Lock()
+_client: docker.APIClient | None = None
+
+
+def api() -> docker.APIClient:
+    """One low-level Docker client per process (created lazily, shared by threads)."""
+    global _client
+    with _client_lock:
+        if _client is None:
+            try:
+                _client = docker.from_env(timeout=120).api
+            except docker.errors.DockerException as e:
+                raise SandboxError(f"cannot reach the Docker daemon: {e}") from e
+        return _client
+
+
+# ----------------------------------------------------------------------------- transport
+
+
+class DockerStreamTransport:
+    """A hijacked exec socket, unwrapping Docker's multiplexed frames (8-byte headers)."""
+
+    def __init__(self, sock: Any) -> None:
+        self._io = sock  # keep the SocketIO alive: it owns the connection
+        self.sock: socket.socket = getattr(sock, "_sock", sock)
+        self.buf = bytearray()
+        self.eof = False
+
+    def send(self, data: bytes, deadline: float) -> None:
+        try:
+            self.sock.settimeout(max(0.001, deadline - time.monotonic()))
+            self.sock.sendall(data)
+        except OSError as e:  # includes socket.timeout: the shell stopped reading
+            raise SessionError(f"cannot write to the shell: {e}") from None
+        finally:
+            try:
+                self.sock.settimeout(None)
+            except OSError:
+                pass
+
+    def _frames(self) -> bytes:
+        out = bytearray()
+        while len(self.buf) >= 8:
+            size = int.from_bytes(self.buf[4:8], "big")
+            if len(self.buf) < 8 + size:
+                break
+            out += self.buf[8:8 + size]
+            del self.buf[:8 + size]
+        return bytes(out)
+
+    def recv(self, timeout: float) -> bytes | None:
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            data = self._frames()
+            if data:
+                return data
+            if self.eof:
+                return None
+            left = deadline - time.monotonic()
+            readable, _, _ = select.select([self.sock], [], [], max(0.0, left))
+            if not readable:
+                return b""
+            try:
+                chunk = self.sock.recv(READ_CHUNK)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.eof = True
+            self.buf += chunk
+
+    def close(self) -> None:
+        for closer in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close, self._io.close):
+            try:
+                closer()
+            except OSError:
+                pass
+
+
+# ----------------------------------------------------------------------------- containers
+
+
+def _host_config(cfg: EnvironmentConfig, tmp_size: str, max_file_bytes: int) -> dict[str, Any]:
+    return api().create_host_config(
+        network_mode="none",
+        init=True,
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        nano_cpus=int(cfg.cpus * 1e9),
+        mem_limit=cfg.memory,
+        memswap_limit=cfg.memory,  # no swap: a memory bomb meets the OOM killer, not the disk
+        pids_limit=cfg.pids_limit,
+        tmpfs={"/tmp": f"rw,nosuid,nodev,size={tmp_size},mode=1777"},
+        ulimits=[Ulimit(name="fsize", soft=max_file_bytes, hard=max_file_bytes)],
+    )
+
+
+def _docker_error(what: str, e: Exception) -> SandboxError:
+    return SandboxError(f"{what}: {e}")
+
+
+class DockerSandbox(ShellSandbox):
+    """A running container of `image`; see the module docstring for its limits."""
+
+    def __init__(self, image: str, cfg: EnvironmentConfig, *, user: str = "swerl",
+                 workdir: str = WORKDIR, session: str | None = None, tmp_size: str = TMP_SIZE,
+                 max_file_bytes: int = MAX_FILE_BYTES) -> None:
+        self.image, self.user, self.workdir = image, user, workdir
+        self.command_timeout_s = cfg.command_timeout_s
+        self.test_timeout_s = cfg.test_timeout_s
+        self.output_cap_bytes = cfg.output_cap_bytes
+        super().__init__()
+        self.session_label = session or lifecycle.session_id()
+        self.name = f"swerl-{self.session_label}-{os.urandom(4).hex()}"
+        self.cid = ""
+        lifecycle.track(self)  # before create: an interrupt in between still removes it by name
+        lifecycle.on_exit(_sweep_own_session)
+        try:
+            self.cid = api().create_container(
+                image, command=["sleep", "infinity"], name=self.name, user=KEEPER_USER,
+                working_dir=workdir, host_config=_host_config(cfg, tmp_size, max_file_bytes),
+                labels={LABEL: "1", "swerl.session": self.session_label, "swerl.owner": owner_label()},
+            )["Id"]
+            api().start(self.cid)
+            self._start_session()
+        except BaseException as e:
+            self.close()
+            if isinstance(e, docker.errors.DockerException):
+                raise _docker_error(f"cannot start a sandbox of {image}", e) from e
+            raise
+
+    # ---------------------------------------------------------------------------- hooks
+    def _exec_socket(self, cmd: list[str], stdin: bool) -> tuple[str, DockerStreamTransport]:
+        try:
+            exec_id = api().exec_create(self.cid, cmd, stdin=stdin, stdout=True, stderr=True,
+                                        tty=False, user=self.user, workdir=self.workdir)["Id"]
+            return exec_id, DockerStreamTransport(api().exec_start(exec_id, socket=True))
+        except docker.errors.DockerException as e:
+            raise _docker_error(f"exec in {self.name} failed", e) from e
+
+    def _exec_wait(self, cmd: list[str], timeout: float) -> None:
+        _, transport = self._exec_socket(cmd, stdin=False)
+        try:
+            read_to_eof(transport, OutputCap(4096), time.monotonic() + timeout)
+        finally:
+            transport.close()
+
+    def _interrupt(self, pid: int, everything: bool = False) -> None:
+        self._exec_wait(["bash", "-c", KILL_SESSION_SH, "kill", str(pid), "all" if everything else ""],
+                        timeout=10)
+
+    def _open_session(self, cwd: str) -> ShellSession:
+        _, transport = self._exec_socket(["bash", "--noprofile", "--norc"], stdin=True)
+        session = ShellSession(transport, self._interrupt)
+        try:
+            session.start(cwd)
+        except BaseException:
+            transport.close()
+            raise
+        return session
+
+    def _kill_session(self, session: ShellSession) -> None:
+        if session.pid > 0:
+            self._interrupt(session.pid, everything=True)
+
+    def _reset(self) -> None:
+        try:
+            api().restart(self.cid, timeout=0)
+        except docker.errors.DockerException as e:
+            raise _docker_error(f"restart of {self.name} failed", e) from e
+
+    def _run(self, cmd: str, timeout: float, cap_bytes: int) -> Outcome:
+        t0 = time.monotonic()
+        exec_id, transport = self._exec_socket(timeout_argv(cmd, timeout), stdin=False)
+        cap = OutputCap(cap_bytes)
+        try:
+            finished = read_to_eof(transport, cap, t0 + timeout + HOST_GRACE_S)
+        finally:
+            transport.close()
+        code = self._exit_code(exec_id) if finished else None
+        if code in (None, 137) and not self.alive:  # killed with its container: not a verdict
+            raise self._mark_dead("the container died during run()")
+        return ShellSession.one_shot(cap, finished, -1 if code is None else code, t0, timeout)
+
+    def _exit_code(self, exec_id: str) -> int | None:
+        """The exec's exit code; the stream can end a moment before Docker records it."""
+        try:
+            for _ in range(200):
+                info = api().exec_inspect(exec_id)
+                if not info["Running"]:
+                    return info["ExitCode"]
+                time.sleep(0.01)
+        except docker.errors.DockerException as e:
+            raise _docker_error("exec inspect failed", e) from e
+        return None
+
+    @property
+    def alive(self) -> bool:
+        if not self.cid or self._closed:
+            return False
+        try:
+            return bool(api().inspect_container(self.cid)["State"]["Running"])
+        except docker.errors.NotFound:
+            return False
+        except docker.errors.DockerException as e:
+            raise _docker_error("cannot inspect the container", e) from e
+
+    def _destroy(self, session: ShellSession | None) -> None:
+        lifecycle.untrack(self)
+        try:
+            api().remove_container(self.cid or self.name, force=True)
+        except docker.errors.NotFound:
+            pass
+
+
+# ----------------------------------------------------------------------------- cleanup
+
+
+def _remove(containers: list[dict[str, Any]]) -> list[str]:
+    removed = []
+    for c in containers:
+        try:
+            api().remove_container(c["Id"], force=True)
+            removed.append(c["Names"][0].lstrip("/") if c.get("Names") else c["Id"][:12])
+        except docker.errors.NotFound:
+            pass
+    return removed
+
+
+def list_containers(session: str | None = None) -> list[dict[str, Any]]:
+    labels = [LABEL] + ([f"swerl.session={session}"] if session else [])
+    return api().containers(all=True, filters={"label": labels})
+
+
+def _sweep_own_session() -> None:
+    _remove(list_containers(lifecycle.session_id()))
+
+
+def remove_leaked_containers(session: str | None = None, older_than_process: bool = False) -> list[str]:
+    if session:
+        return _remove(list_containers(session))
+    started = process_started_at() if older_than_process else None
+    leaked = [
+        c for c in list_containers()
+        if owner_gone(c.get("Labels", {}).get("swerl.owner", ""))
+        or (started is not None and c.get("Created", 0) < started)
+    ]
+    return _remove(leaked)

@@ -1,0 +1,93 @@
+"""A process that holds sandboxes and gets SIGINT / SIGTERM leaves nothing behind; after a
+SIGKILL (nothing can run), `cleanup_leaked()` finds and removes the leftovers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import docker.errors
+import pytest
+
+from environments.sandbox import cleanup_leaked
+from tests.sandbox_images import docker_available, make_test_image, make_test_repo
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHILD = """
+import json, sys
+from environments.sandbox import open_sandbox, session_id
+from swerl.config import EnvironmentConfig
+
+image, repo = sys.argv[1], sys.argv[2]
+cfg = EnvironmentConfig(command_timeout_s=120)
+boxes = [open_sandbox(image, cfg) for _ in range(2)]
+local = open_sandbox(repo, cfg.model_copy(update={"sandbox": "local"}))
+print(json.dumps({"session": session_id(), "cids": [b.cid for b in boxes],
+                  "scratch": str(local.scratch)}), flush=True)
+boxes[0].exec("sleep 100")  # blocked here when the signal comes
+"""
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    if not docker_available():
+        pytest.skip("no Docker daemon")
+    return make_test_image()
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    return make_test_repo(tmp_path_factory.mktemp("src") / "repo")
+
+
+def start_child(image: str, repo: Path) -> tuple[subprocess.Popen, dict]:
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, image, str(repo)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line:
+        proc.kill()
+        raise AssertionError(f"child failed: {proc.stderr.read()}")
+    time.sleep(0.5)  # let it enter the blocking exec
+    return proc, json.loads(line)
+
+
+def exists(cid: str) -> bool:
+    from environments.docker_sandbox import api
+
+    try:
+        api().inspect_container(cid)
+        return True
+    except docker.errors.NotFound:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_removes_every_sandbox(image, repo, sig):
+    from environments.docker_sandbox import list_containers
+
+    proc, info = start_child(image, repo)
+    assert all(exists(c) for c in info["cids"]) and Path(info["scratch"]).is_dir()
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    assert list_containers(info["session"]) == []
+    assert not any(exists(c) for c in info["cids"])
+    assert not Path(info["scratch"]).exists()
+
+
+def test_sigkill_leftovers_are_found_by_cleanup_leaked(image, repo):
+    proc, info = start_child(image, repo)
+    proc.kill()
+    proc.wait(timeout=30)
+    assert all(exists(c) for c in info["cids"])  # nothing could run: they leaked
+    removed = cleanup_leaked()
+    assert not any(exists(c) for c in info["cids"])
+    assert not Path(info["scratch"]).exists() and info["scratch"] in removed
