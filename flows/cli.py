@@ -210,6 +210,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_promote(args: argparse.Namespace) -> int:
+    import json
+
+    from flows.registry_flows import promote
+
+    _config(args)
+    print(json.dumps(promote(**_flow_args(args), version=args.version, manual=args.manual, note=args.note),
+                     indent=2, default=str))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from flows.registry_flows import report
+
+    print(report(args.run_id, args.preset, list(args.set)))
+    return 0
+
+
 def _add_run_args(p: argparse.ArgumentParser, default_preset: str = "smoke") -> None:
     _add_config_args(p, default_preset)
     p.add_argument("--run-id", help="the run to resume (default: derived from the resolved config)")
@@ -287,6 +305,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, default=200, help="samples for the env bench")
     p.add_argument("--tasks", help="tasks.jsonl for the grading bench (default: the fixtures)")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("promote", help="challenger -> champion if significantly better (paired test)")
+    _add_run_args(p)
+    p.add_argument("--version", help="registered version (default: the run's newest)")
+    p.add_argument("--manual", action="store_true", help="promote regardless of the test (recorded as manual)")
+    p.add_argument("--note", default="", help="why, for the record")
+    p.set_defaults(func=cmd_promote)
+
+    p = sub.add_parser("report", help="rebuild a run's report (Markdown, PNG, report.json) from the store")
+    p.add_argument("run_id")
+    _add_config_args(p)
+    p.set_defaults(func=cmd_report)
     return parser
 
 

@@ -121,6 +121,6 @@ def pipeline(preset: str = "smoke", overrides: list[str] = [], run_id: str | Non
     version = reg.register.with_options(**_opts(ref))(ref, policy, reports[list(reports)[-1]])
     decision = reg.promote.with_options(**_opts(ref))(ref, version)
     summary = reg.final_report.with_options(**_opts(ref))(ref, reports)
-    t.tracker.end_run(parent, "FINISHED")
+    t.finish("FINISHED")
     return {"run_id": ref.run_id, "policy": policy, "registered_version": version, "promotion": decision,
             **summary}

@@ -42,8 +42,12 @@ def load_tasks(ref: RunRef, split: str) -> list[dict[str, Any]]:
 
 @task(name="evaluate", tags=["gpu", "sandbox"], **UNIT)
 def evaluate(ref: RunRef, label: str, policy: str, eval_tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    from tasks.registry_tasks import publish_evaluation  # here: registry_tasks imports this module
+
     with timed(ref, f"eval-{label}"):
-        return stages.evaluate(tracked(ref).ctx, label, policy, _tasks(eval_tasks))
+        report = stages.evaluate(tracked(ref).ctx, label, policy, _tasks(eval_tasks))
+        publish_evaluation(tracked(ref), report["label"])
+        return report
 
 
 @task(name="difficulty-filter", tags=["gpu", "sandbox"], **UNIT)

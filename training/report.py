@@ -1,7 +1,18 @@
-"""The end-of-run report: report.json for machines, Markdown and PNG plots for people."""
+"""Evaluation and end-of-run reports: JSON for machines, Markdown and PNG plots for people.
+
+Two levels, both plain files in a local directory that the caller then puts into the store:
+
+- one evaluation (`runs/{run_id}/eval/{label}/`): next to its report.json, a SWE-bench run
+  report per run (`report-run{r}.json`, the twin of `predictions-run{r}.jsonl`), `report.md`,
+  `pass1.png` (per-run shares and their mean ± SEM) and `projects.png`;
+- one pipeline run (`runs/{run_id}/report/`): every evaluation side by side (Pass@1 ± SEM by
+  checkpoint, resolve rate per project), the DAPO iterations, wall time and registry decisions.
+"""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -10,53 +21,83 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from training.evaluation import swebench_report  # noqa: E402
+from training.trajectory import Trajectory  # noqa: E402
 
-def report_json(preset: str, run_id: str, evals: dict[str, dict[str, Any]], iterations: list[dict[str, Any]],
-                wall_time_s: dict[str, float]) -> dict[str, Any]:
-    return {
-        "preset": preset,
-        "run_id": run_id,
-        "eval": {label: {"pass@1": r["pass@1"], "sem": r["sem"], "n_tasks": r["n_tasks"], "n_runs": r["n_runs"],
-                         "errors": r.get("errors", 0), "policy": r.get("policy"),
-                         **{k: v for k, v in r.items() if k.startswith("pass@") and k != "pass@1"}}
-                 for label, r in evals.items()},
-        "dapo_iterations": iterations,
-        "wall_time_s": {**wall_time_s, "total": sum(wall_time_s.values())},
-    }
+COLORS = ["#8C8C8C", "#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B2", "#937860", "#DA8BC3"]
+DPI = 110
+ITERATION_KEYS = ["reward_mean_all", "resolved_rate", "format_error_rate", "mean_turns", "groups_kept",
+                  "groups_dropped", "clip_frac_high", "mismatch/kl_k3"]
 
 
+def _color(i: int) -> str:
+    return COLORS[i % len(COLORS)]
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def _extra_pass_k(r: dict[str, Any]) -> dict[str, float]:
+    return {k: v for k, v in r.items() if k.startswith("pass@") and k != "pass@1"}
+
+
+# ---------------------------------------------------------------- plots
 def plot_pass1(evals: dict[str, dict[str, Any]], path: Path, title: str) -> Path:
+    """Pass@1 per checkpoint: bar = mean over runs, error bar = SEM, dots = the single runs."""
     labels = list(evals)
     means = [evals[k]["pass@1"] for k in labels]
     sems = [evals[k]["sem"] for k in labels]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.bar(labels, means, yerr=sems, capsize=6, color=["#999999", "#4C72B0", "#DD8452", "#55A868"][: len(labels)])
-    for i, (m, s) in enumerate(zip(means, sems)):
-        ax.text(i, m + s + 0.005, f"{m:.3f}±{s:.3f}", ha="center", va="bottom", fontsize=9)
-    ax.set_ylabel("Pass@1 (mean over runs, ± SEM)")
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.3 * len(labels) + 2), 4.2))
+    xs = range(len(labels))
+    ax.bar(xs, means, yerr=sems, capsize=8, width=0.6, color=[_color(i) for i in xs],
+           error_kw={"elinewidth": 1.5, "ecolor": "black"}, zorder=2)
+    for i, label in enumerate(labels):
+        runs = evals[label].get("per_run") or []
+        if len(runs) > 1:  # spread the dots a little so equal values stay countable
+            offsets = [0.18 * ((j + 0.5) / len(runs) - 0.5) for j in range(len(runs))]
+            ax.scatter([i + o for o in offsets], runs, s=12, color="black", alpha=0.55, zorder=3,
+                       label="single run" if i == 0 else None)
+    top = max([m + s for m, s in zip(means, sems)] + [max(evals[k].get("per_run") or [0]) for k in labels] + [0.05])
+    # the numbers go under the bars: above them they collide with the run dots
+    ax.set_xticks(list(xs), [f"{k}\n{m:.3f} ± {s:.3f}\n({evals[k]['n_tasks']} tasks × {evals[k]['n_runs']} runs)"
+                             for k, m, s in zip(labels, means, sems)], fontsize=9)
+    ax.set_ylabel("Pass@1 (mean over runs ± SEM)")
+    ax.set_ylim(0, min(1.05, top * 1.25))
+    ax.set_xlim(-0.8, len(labels) - 0.2)
+    ax.grid(axis="y", alpha=0.3, zorder=0)
+    if any(len(evals[k].get("per_run") or []) > 1 for k in labels):
+        ax.legend(loc="upper left", fontsize=8)
     ax.set_title(title)
-    ax.set_ylim(0, max([m + s for m, s in zip(means, sems)] + [0.05]) * 1.25)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_projects(evals: dict[str, dict[str, Any]], path: Path, title: str) -> Path:
+    """Resolve rate per eval project, one bar per checkpoint (horizontal: names stay readable)."""
     projects = sorted({p for r in evals.values() for p in r.get("by_project", {})})
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(projects)), 4))
-    width = 0.8 / max(len(evals), 1)
+    sizes = {p: max((r.get("project_sizes") or {}).get(p, 0) for r in evals.values()) for p in projects}
+    n = max(len(evals), 1)
+    height = 0.8 / n
+    fig, ax = plt.subplots(figsize=(7.5, max(2.5, 0.35 * len(projects) * n + 1.5)))
     for i, (label, r) in enumerate(evals.items()):
-        xs = [j + i * width for j in range(len(projects))]
-        ax.bar(xs, [r.get("by_project", {}).get(p, 0.0) for p in projects], width, label=label)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(projects))], projects, rotation=20, ha="right")
-    ax.set_ylabel("resolve rate")
+        ys = [j - 0.4 + (i + 0.5) * height for j in range(len(projects))]  # centred on j, first on top
+        vals = [r.get("by_project", {}).get(p, math.nan) for p in projects]
+        ax.barh(ys, vals, height, label=label, color=_color(i))
+        for y, v in zip(ys, vals):
+            if not math.isnan(v):
+                ax.text(v + 0.01, y, f"{v:.2f}", va="center", fontsize=7)
+    ax.set_yticks(range(len(projects)),
+                  [f"{p} (n={sizes[p]})" if sizes[p] else p for p in projects], fontsize=8)
+    ax.invert_yaxis()  # alphabetical from the top
+    ax.set_xlim(0, 1.1)
+    ax.set_xlabel("resolve rate (mean over the project's tasks and runs)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
     ax.set_title(title)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_iterations(iterations: list[dict[str, Any]], path: Path, title: str) -> Path | None:
@@ -65,53 +106,145 @@ def plot_iterations(iterations: list[dict[str, Any]], path: Path, title: str) ->
     xs = list(range(1, len(iterations) + 1))
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for key, label in (("reward_mean_all", "reward mean"), ("resolved_rate", "resolved rate")):
-        axes[0].plot(xs, [it.get(key, float("nan")) for it in iterations], marker="o", label=label)
+        axes[0].plot(xs, [it.get(key, math.nan) for it in iterations], marker="o", label=label)
     axes[0].set_title("reward and resolved rate")
-    axes[0].legend()
-    axes[1].plot(xs, [it.get("format_error_rate", float("nan")) for it in iterations], marker="o", color="#C44E52")
+    axes[0].legend(fontsize=8)
+    axes[1].plot(xs, [it.get("format_error_rate", math.nan) for it in iterations], marker="o", color="#C44E52")
     axes[1].set_title("format-error rate")
-    axes[2].plot(xs, [it.get("mean_turns", float("nan")) for it in iterations], marker="o", color="#8172B2")
+    axes[2].plot(xs, [it.get("mean_turns", math.nan) for it in iterations], marker="o", color="#8172B2")
     axes[2].set_title("mean turns")
     for ax in axes:
         ax.set_xlabel("DAPO iteration")
         ax.set_xticks(xs)
+        ax.grid(alpha=0.3)
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
+
+
+# ---------------------------------------------------------------- one evaluation
+def eval_markdown(report: dict[str, Any], images: list[str]) -> str:
+    r = report
+    graded = r.get("episodes", 0) - r.get("errors", 0)
+    lines = [f"# Evaluation `{r.get('label')}` of `{r.get('policy')}` (run `{r.get('run_id')}`)", "",
+             f"**Pass@1 {r['pass@1']:.3f} ± {r['sem']:.3f}** (mean ± SEM over {len(r.get('per_run') or [])} "
+             f"of {r['n_runs']} runs, {r['n_tasks']} tasks, eval set `{r.get('dataset_hash')}`)", ""]
+    for k, v in _extra_pass_k(r).items():
+        lines.append(f"- {k}: {v:.3f}")
+    lines += [f"- per run: {', '.join(f'{x:.3f}' for x in r.get('per_run') or [])}",
+              f"- episodes: {r.get('episodes', 0)}, graded {graded}, infra errors {r.get('errors', 0)}"
+              + (f" (ungraded tasks: {', '.join(r['ungraded'])})" if r.get("ungraded") else ""),
+              f"- format-error rate per turn: {r.get('format_error_rate', 0.0):.3f}",
+              f"- exit reasons: {', '.join(f'{k} {v}' for k, v in (r.get('exit_reasons') or {}).items())}", ""]
+    sizes = r.get("project_sizes") or {}
+    lines += ["| project | tasks | resolve rate |", "| --- | --- | --- |"]
+    lines += [f"| {p} | {sizes.get(p, '')} | {v:.3f} |" for p, v in (r.get("by_project") or {}).items()]
+    if len(r.get("by_difficulty") or {}) > 1:
+        lines += ["", "| difficulty | resolve rate |", "| --- | --- |"]
+        lines += [f"| {d} | {v:.3f} |" for d, v in r["by_difficulty"].items()]
+    lines += [""] + [f"![{Path(p).stem}]({Path(p).name})" for p in images]
+    return "\n".join(lines) + "\n"
+
+
+def write_eval_outputs(out_dir: Path, report: dict[str, Any], trajectories: list[Trajectory]) -> list[Path]:
+    """Everything people and SWE-bench tools read about one evaluation, next to its report.json.
+
+    `trajectories` are the evaluation's episodes (sample_index = run); they give the per-run
+    SWE-bench reports. Returns the files written.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    label = report.get("label") or "eval"
+    model = f"swerl/{report.get('run_id')}/{report.get('policy')}"
+    task_ids = sorted([*report["per_task"], *report.get("ungraded", [])])
+    files = []
+    for r in range(report["n_runs"]):
+        path = out_dir / f"report-run{r}.json"
+        path.write_text(json.dumps(swebench_report(trajectories, task_ids, model, r), indent=2))
+        files.append(path)
+    evals = {label: report}
+    images = [plot_pass1(evals, out_dir / "pass1.png", f"Pass@1 of {label} ({report.get('policy')})"),
+              plot_projects(evals, out_dir / "projects.png", f"Resolve rate per project: {label}")]
+    md = out_dir / "report.md"
+    md.write_text(eval_markdown(report, [str(p) for p in images]))
+    return [*files, *images, md]
+
+
+def publish_eval(ctx: Any, label: str, trajectories: list[Trajectory] | None = None,
+                 report: dict[str, Any] | None = None) -> list[Path]:
+    """Write one evaluation's outputs and put them next to its report.json in the store.
+
+    `ctx` is a training.stages.RunContext. What is not passed is read back from the store (the
+    report, the evaluation's episodes), so a report can be rebuilt long after the run; passing
+    both lets the evaluation write these before its report.json, which marks it finished.
+    """
+    from training.stages import stored_trajectories
+
+    prefix = ctx.key("eval", label)
+    if report is None:
+        report = ctx.store.get_json(f"{prefix}/report.json")
+    if trajectories is None:
+        trajectories = stored_trajectories(ctx, f"eval-{label}/")
+    files = write_eval_outputs(ctx.work / "eval" / label, report, trajectories)
+    for f in files:
+        ctx.store.put_file(f, f"{prefix}/{f.name}")
+    return files
+
+
+# ---------------------------------------------------------------- one pipeline run
+def report_json(preset: str, run_id: str, evals: dict[str, dict[str, Any]], iterations: list[dict[str, Any]],
+                wall_time_s: dict[str, float], registry: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "preset": preset,
+        "run_id": run_id,
+        "eval": {label: {"pass@1": r["pass@1"], "sem": r["sem"], "n_tasks": r["n_tasks"], "n_runs": r["n_runs"],
+                         "errors": r.get("errors", 0), "policy": r.get("policy"),
+                         "dataset_hash": r.get("dataset_hash"), "per_run": r.get("per_run", []),
+                         "by_project": r.get("by_project", {}), "project_sizes": r.get("project_sizes", {}),
+                         **_extra_pass_k(r)}
+                 for label, r in evals.items()},
+        "dapo_iterations": iterations,
+        "wall_time_s": {**wall_time_s, "total": sum(wall_time_s.values())},
+        "registry": registry or [],
+    }
 
 
 def markdown(report: dict[str, Any], images: list[str]) -> str:
+    ks = sorted({k for r in report["eval"].values() for k in _extra_pass_k(r)}, key=lambda k: int(k[5:]))
     lines = [f"# swerl run `{report['run_id']}` (preset `{report['preset']}`)", "",
-             "| model | Pass@1 | SEM | tasks | runs | errors |", "| --- | --- | --- | --- | --- | --- |"]
+             "| model | policy | Pass@1 | SEM | " + "".join(f"{k} | " for k in ks) + "tasks | runs | errors |",
+             "|" + " --- |" * (7 + len(ks))]
     for label, r in report["eval"].items():
-        lines.append(f"| {label} | {r['pass@1']:.3f} | {r['sem']:.3f} | {r['n_tasks']} | {r['n_runs']} | "
-                     f"{r['errors']} |")
+        extra = "".join(f"{r[k]:.3f} | " if k in r else "- | " for k in ks)
+        lines.append(f"| {label} | {r.get('policy')} | {r['pass@1']:.3f} | {r['sem']:.3f} | {extra}"
+                     f"{r['n_tasks']} | {r['n_runs']} | {r['errors']} |")
+    if report.get("registry"):
+        lines += ["", "| registered version | policy | eval | promotion | p-value | reason |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for v in report["registry"]:
+            lines.append(f"| {v['version']} | {v.get('policy', '')} | {v.get('label', '')} | "
+                         f"{v.get('decision') or 'undecided'} | {v.get('p_value') or '-'} | {v.get('reason', '')} |")
     lines += ["", "| stage | wall time (s) |", "| --- | --- |"]
     lines += [f"| {k} | {v:.0f} |" for k, v in report["wall_time_s"].items()]
     if report["dapo_iterations"]:
-        keys = ["reward_mean_all", "resolved_rate", "format_error_rate", "mean_turns", "groups_kept",
-                "groups_dropped", "clip_frac_high", "mismatch/kl_k3"]
-        lines += ["", "| iteration | " + " | ".join(keys) + " |", "|" + " --- |" * (len(keys) + 1)]
+        lines += ["", "| iteration | " + " | ".join(ITERATION_KEYS) + " |", "|" + " --- |" * (len(ITERATION_KEYS) + 1)]
         for i, it in enumerate(report["dapo_iterations"], 1):
-            lines.append(f"| {i} | " + " | ".join(f"{it.get(k, float('nan')):.3g}" for k in keys) + " |")
+            lines.append(f"| {i} | " + " | ".join(f"{it[k]:.3g}" if k in it else "-" for k in ITERATION_KEYS) + " |")
     lines += [""] + [f"![{Path(p).stem}]({Path(p).name})" for p in images]
     return "\n".join(lines) + "\n"
 
 
 def write_report(out_dir: Path, preset: str, run_id: str, evals: dict[str, dict[str, Any]],
-                 iterations: list[dict[str, Any]], wall_time_s: dict[str, float]) -> dict[str, Any]:
+                 iterations: list[dict[str, Any]], wall_time_s: dict[str, float],
+                 registry: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write report.json, report.md and the plots into `out_dir`; return report.json's content."""
-    import json
-
     out_dir.mkdir(parents=True, exist_ok=True)
-    rep = report_json(preset, run_id, evals, iterations, wall_time_s)
-    images = [str(plot_pass1(evals, out_dir / "pass1.png", f"Pass@1 on the held-out eval set ({preset})")),
-              str(plot_projects(evals, out_dir / "projects.png", "Resolve rate per eval project"))]
+    rep = report_json(preset, run_id, evals, iterations, wall_time_s, registry)
+    images: list[Path] = []
+    if evals:
+        images += [plot_pass1(evals, out_dir / "pass1.png", f"Pass@1 on the held-out eval set ({preset})"),
+                   plot_projects(evals, out_dir / "projects.png", "Resolve rate per eval project")]
     it_png = plot_iterations(iterations, out_dir / "iterations.png", "DAPO iterations")
     if it_png:
-        images.append(str(it_png))
+        images.append(it_png)
     (out_dir / "report.json").write_text(json.dumps(rep, indent=2))
-    (out_dir / "report.md").write_text(markdown(rep, images))
+    (out_dir / "report.md").write_text(markdown(rep, [str(p) for p in images]))
     return rep
