@@ -1,0 +1,310 @@
+"""Grading: does a candidate patch make the task's tests pass, judged the way SWE-bench judges.
+
+One FRESH sandbox of the instance image per verdict (nothing the agent did survives), then in one
+script: `git apply` the candidate patch (plain, no fuzzy fallback: a diff taken from our own
+sandbox always applies, so a failure means something is wrong upstream), restore every test file
+to its base state and apply `test_patch` over it, run `test_cmd`, parse the log per test. The
+script's stage markers are printed before the test log, never inside it, and SWE-bench's
+start/end markers are only read in recorded SWE-bench logs: code under test can print anything,
+and must not be able to turn its failure into an `error` (which rewards nothing and punishes
+nothing).
+"Test files" are those `test_patch` touches, those named in FAIL_TO_PASS / PASS_TO_PASS, the
+`conftest.py` files above them and the root files that configure pytest (a hook or a plugin
+there could flip outcomes), so editing tests cannot earn a pass.
+
+The report is SWE-bench's (`get_eval_tests_report` / `get_resolution_status` are called, not
+re-implemented): a test succeeds when PASSED or XFAIL, fails when FAILED, ERROR or missing from
+the log; resolved iff every FAIL_TO_PASS and PASS_TO_PASS test succeeds.
+
+Status `error` (with `error_reason`) is for verdicts we could not reach, never a silent 0: the
+patch or the test patch does not apply, the whole test run timed out, the sandbox died, or the
+log holds none of the task's tests and no collection error explains it (a wrong test command, a
+missing runner). A patch that breaks importing the tests (pytest reports collection errors) is
+the patch's fault and is graded `unresolved`.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import shlex
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterable
+
+from swebench.harness.constants import (
+    APPLY_PATCH_FAIL, FAIL_ONLY_REPOS, RESET_FAILED, TESTS_ERROR, TESTS_TIMEOUT, EvalType, ResolvedStatus,
+)
+from swebench.harness.grading import get_eval_tests_report, get_resolution_status
+
+from environments.log_parsers import StatusMap, output_section, parse_log, strip_ansi
+from environments.records import GradeResult, TaskInstance
+from environments.sandbox import SandboxError, open_sandbox
+from swerl.config import EnvironmentConfig
+
+GRADE_DIR = "/tmp/swerl-grade"
+LOG_KEEP_CHARS = 200_000  # of the test log kept in GradeResult.log (head and tail)
+SETUP_TIMEOUT_S = 120.0  # applying patches and restoring files, on top of the test timeout
+APPLY_FAILED = ">>>>> swerl: patch apply failed"
+TEST_APPLY_FAILED = ">>>>> swerl: test patch apply failed"
+TEST_EXIT = ">>>>> swerl: test exit code "
+LOG_FOLLOWS = ">>>>> swerl: test log follows"
+SWEBENCH_FAILURES = (APPLY_PATCH_FAIL, RESET_FAILED, TESTS_ERROR, TESTS_TIMEOUT)
+# Root files that can configure pytest (`addopts = -p some_module` loads a plugin) and conftest.py
+# files can flip outcomes; they are restored too. A fix never needs them to pass its tests.
+PYTEST_CONFIGS = ("pytest.ini", "pyproject.toml", "setup.cfg", "tox.ini")
+_COLLECTION_ERROR = re.compile(
+    r"errors? during collection|ImportError while loading conftest|ERROR collecting ", re.I
+)
+
+
+# ---------------------------------------------------------------- what to restore
+
+
+def patch_files(patch: str) -> list[str]:
+    """Paths a git diff touches (both sides of renames; /dev/null excluded)."""
+    files: list[str] = []
+    for line in patch.splitlines():
+        if line.startswith(("--- ", "+++ ")):
+            path = line[4:].split("\t")[0].strip()
+            if path != "/dev/null" and path[:2] in ("a/", "b/"):
+                files.append(path[2:])
+    return list(dict.fromkeys(files))
+
+
+def protected_files(task: TaskInstance) -> list[str]:
+    """Files that decide the verdict and must be in their base (+ test_patch) state."""
+    files = patch_files(task.test_patch)
+    for test in task.FAIL_TO_PASS + task.PASS_TO_PASS:
+        path = test.split("::", 1)[0]
+        if "::" in test and path.endswith(".py"):
+            files.append(path)
+    hooks = [*PYTEST_CONFIGS, "conftest.py"]
+    for f in list(files):
+        d = posixpath.dirname(f)
+        while d:
+            hooks.append(f"{d}/conftest.py")
+            d = posixpath.dirname(d)
+    return list(dict.fromkeys(files + hooks))
+
+
+def grading_script(task: TaskInstance, has_patch: bool, test_timeout_s: float) -> str:
+    """Shell run in the fresh sandbox. It prints its stage markers, then the test log: what the
+    tests print (an agent's code can print anything) comes after every marker, so it cannot
+    fake a stage."""
+    files = " ".join(shlex.quote(f) for f in protected_files(task))
+    apply_model = (
+        f"git apply -v {GRADE_DIR}/model.patch > {GRADE_DIR}/apply.log 2>&1 "
+        f"|| {{ echo '{APPLY_FAILED}'; cat {GRADE_DIR}/apply.log; exit 0; }}"
+        if has_patch else ":"
+    )
+    apply_tests = (
+        f"git apply -v {GRADE_DIR}/test.patch > {GRADE_DIR}/apply.log 2>&1 "
+        f"|| {{ echo '{TEST_APPLY_FAILED}'; cat {GRADE_DIR}/apply.log; exit 0; }}"
+        if task.test_patch.strip() else ":"
+    )
+    return "\n".join([
+        "cd /testbed",
+        f"mkdir -p {GRADE_DIR}",
+        apply_model,
+        # two git calls whatever the number of files: it runs on every verdict
+        "declare -A base",
+        f"while IFS= read -r -d '' p; do base[$p]=1; done < <(git ls-tree -r -z --name-only HEAD -- {files})",
+        f'for f in {files}; do [ -n "${{base[$f]:-}}" ] || rm -rf -- "$f"; done',
+        '[ ${#base[@]} -eq 0 ] || git checkout -q HEAD -- "${!base[@]}"',
+        apply_tests,
+        f"timeout -k 5 {test_timeout_s:g}s bash -c {shlex.quote(task.test_cmd)} > {GRADE_DIR}/test.log 2>&1 < /dev/null",
+        f'echo "{TEST_EXIT}$?"',
+        f"echo '{LOG_FOLLOWS}'",
+        f"cat {GRADE_DIR}/test.log",
+    ]) + "\n"
+
+
+# ---------------------------------------------------------------- from a log to a verdict
+
+
+def tests_report(task: TaskInstance, status: StatusMap) -> tuple[dict[str, dict[str, list[str]]], bool]:
+    """SWE-bench's F2P/P2P success/failure lists and its resolved rule."""
+    eval_type = EvalType.FAIL_ONLY if task.repo in FAIL_ONLY_REPOS else EvalType.PASS_AND_FAIL
+    gold = {"FAIL_TO_PASS": task.FAIL_TO_PASS, "PASS_TO_PASS": task.PASS_TO_PASS}
+    report = get_eval_tests_report(status, gold, eval_type=eval_type)
+    tests_status = {k: report[k] for k in ("FAIL_TO_PASS", "PASS_TO_PASS")}
+    return tests_status, get_resolution_status(report) == ResolvedStatus.FULL.value
+
+
+def collection_failed(log: str, status: StatusMap) -> bool:
+    """The runner ran but could not import the tests (a file-level ERROR, a broken conftest)."""
+    if any(v == "ERROR" and "::" not in k and k.endswith(".py") for k, v in status.items()):
+        return True
+    return bool(_COLLECTION_ERROR.search(strip_ansi(log)))
+
+
+def _keep(log: str) -> str:
+    if len(log) <= LOG_KEEP_CHARS:
+        return log
+    half = LOG_KEEP_CHARS // 2
+    return f"{log[:half]}\n[... {len(log) - LOG_KEEP_CHARS} characters cut ...]\n{log[-half:]}"
+
+
+def _error(task: TaskInstance, reason: str, applied: bool, log: str, duration_s: float) -> GradeResult:
+    return GradeResult(task.instance_id, "error", False, applied, error_reason=reason,
+                       log=_keep(log), duration_s=duration_s)
+
+
+def judge_log(task: TaskInstance, log: str, duration_s: float = 0.0) -> GradeResult:
+    """The verdict for the output of a task's test command."""
+    status = parse_log(log, task.log_parser, task.repo, task.instance_id)
+    expected = task.FAIL_TO_PASS + task.PASS_TO_PASS
+    if expected and not any(t in status for t in expected) and not collection_failed(log, status):
+        return _error(task, f"none of the task's {len(expected)} tests appear in the test log "
+                      "(wrong test_cmd or log_parser?)", True, log, duration_s)
+    tests_status, resolved = tests_report(task, status)
+    return GradeResult(
+        task.instance_id, "resolved" if resolved else "unresolved", resolved, True,
+        tests_status=tests_status, test_results=status, log=_keep(log), duration_s=duration_s,
+    )
+
+
+def judge_swebench_log(task: TaskInstance, log: str) -> GradeResult:
+    """The verdict for a recorded SWE-bench evaluation log (`test_output.txt`): its failure codes
+    become errors, and the test output is read between its markers, falling back to the whole
+    log when nothing parses there, as SWE-bench's `get_logs_eval` does."""
+    bad = [code for code in SWEBENCH_FAILURES if code in log]
+    if bad:
+        return _error(task, f"the SWE-bench log reports {bad[0]!r}", APPLY_PATCH_FAIL not in bad, log, 0.0)
+    section = output_section(log)
+    if section != log and not parse_log(section, task.log_parser, task.repo, task.instance_id):
+        section = log
+    return judge_log(task, section)
+
+
+def verdict(task: TaskInstance, output: str, duration_s: float = 0.0) -> GradeResult:
+    """The GradeResult for the output of `grading_script` (pure: unit-testable on recorded logs)."""
+    stages, _, log = output.partition(LOG_FOLLOWS + "\n")
+    for marker, what in ((APPLY_FAILED, "patch does not apply"),
+                         (TEST_APPLY_FAILED, "test_patch does not apply (a dataset bug)")):
+        if marker in stages:
+            detail = stages.split(marker, 1)[1].strip()[-2000:]
+            return _error(task, f"{what}: {detail}", marker != APPLY_FAILED, output, duration_s)
+    if TEST_EXIT not in stages or LOG_FOLLOWS not in output:
+        return _error(task, "the grading script did not finish (sandbox died?)", True, output, duration_s)
+    code = int(stages.rsplit(TEST_EXIT, 1)[1].split()[0])
+    if code in (124, 137):
+        return _error(task, f"the test run timed out or was killed (exit code {code})", True, log, duration_s)
+    result = judge_log(task, log, duration_s)
+    if result.status == "error":
+        result.error_reason += f" [test exit code {code}]"
+    return result
+
+
+# ---------------------------------------------------------------- in a sandbox
+
+
+def grade(task: TaskInstance, patch: str | None, env_cfg: EnvironmentConfig,
+          image: str | None = None) -> GradeResult:
+    """Grade `patch` against `task` in a fresh sandbox of `image` (default: `task.image`)."""
+    image = image or task.image
+    if not image:
+        raise ValueError(f"{task.instance_id}: no image to grade in (task.image is empty)")
+    patch = patch or ""
+    t0 = time.monotonic()
+    try:
+        with open_sandbox(image, env_cfg) as sb:
+            if patch.strip():
+                sb.write_file(f"{GRADE_DIR}/model.patch", patch if patch.endswith("\n") else patch + "\n")
+            if task.test_patch.strip():
+                sb.write_file(f"{GRADE_DIR}/test.patch", task.test_patch)
+            res = sb.run(grading_script(task, bool(patch.strip()), env_cfg.test_timeout_s),
+                         timeout=env_cfg.test_timeout_s + SETUP_TIMEOUT_S)
+    except SandboxError as e:
+        return GradeResult(task.instance_id, "error", False, False, error_reason=f"sandbox: {e}",
+                           duration_s=time.monotonic() - t0)
+    if res.timed_out:
+        return GradeResult(task.instance_id, "error", False, False, log=_keep(res.output),
+                           error_reason="grading timed out before the tests finished",
+                           duration_s=time.monotonic() - t0)
+    result = verdict(task, res.output, time.monotonic() - t0)
+    if not patch.strip():
+        result.patch_applied = False  # nothing to apply; the verdict itself stands
+    return result
+
+
+# ---------------------------------------------------------------- many predictions
+
+
+def load_predictions(source: str | Path | Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """SWE-bench predictions (`instance_id`, `model_name_or_path`, `model_patch`) from a
+    .jsonl / .json file or an iterable of dicts."""
+    if isinstance(source, (str, Path)):
+        text = Path(source).read_text()
+        if str(source).endswith(".json"):
+            data = json.loads(text)
+            return list(data.values()) if isinstance(data, dict) else list(data)
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return list(source)
+
+
+def grade_many(
+    tasks_by_id: dict[str, TaskInstance],
+    predictions: str | Path | Iterable[dict[str, Any]],
+    env_cfg: EnvironmentConfig,
+    workers: int = 2,
+    images: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Grade SWE-bench-format predictions; returns a report in SWE-bench's run-report shape
+    plus `instances` (each prediction's GradeResult without its log).
+
+    `images` maps instance_id -> image when tasks do not carry `image` themselves.
+    """
+    preds = load_predictions(predictions)
+    known = [p for p in preds if p["instance_id"] in tasks_by_id]
+    unknown = [p["instance_id"] for p in preds if p["instance_id"] not in tasks_by_id]
+
+    def one(p: dict[str, Any]) -> GradeResult:
+        task = tasks_by_id[p["instance_id"]]
+        try:
+            return grade(task, p.get("model_patch") or "", env_cfg, (images or {}).get(task.instance_id))
+        except Exception as e:  # one bad instance must not lose the others' verdicts
+            return GradeResult(task.instance_id, "error", False, False, error_reason=f"{type(e).__name__}: {e}")
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        results = list(pool.map(one, known))
+    for iid in unknown:
+        results.append(GradeResult(iid, "error", False, False, error_reason="unknown instance_id"))
+    return run_report(tasks_by_id, preds, results)
+
+
+def run_report(tasks_by_id: dict[str, TaskInstance], preds: list[dict[str, Any]],
+               results: list[GradeResult]) -> dict[str, Any]:
+    by_status = {s: sorted(r.instance_id for r in results if r.status == s)
+                 for s in ("resolved", "unresolved", "error")}
+    submitted = sorted({p["instance_id"] for p in preds})
+    empty = sorted(p["instance_id"] for p in preds if not (p.get("model_patch") or "").strip())
+    completed = sorted(r.instance_id for r in results if r.status != "error")
+    models = sorted({p.get("model_name_or_path", "") for p in preds})
+    instances = {}
+    for r in results:
+        d = r.to_dict()
+        d.pop("log")
+        instances[r.instance_id] = d
+    return {
+        "model_name_or_path": models[0] if len(models) == 1 else models,
+        "total_instances": len(tasks_by_id),
+        "submitted_instances": len(submitted),
+        "completed_instances": len(completed),
+        "resolved_instances": len(by_status["resolved"]),
+        "unresolved_instances": len(by_status["unresolved"]),
+        "empty_patch_instances": len(empty),
+        "error_instances": len(by_status["error"]),
+        "completed_ids": completed,
+        "incomplete_ids": sorted(set(tasks_by_id) - set(submitted)),
+        "empty_patch_ids": empty,
+        "submitted_ids": submitted,
+        "resolved_ids": by_status["resolved"],
+        "unresolved_ids": by_status["unresolved"],
+        "error_ids": by_status["error"],
+        "instances": instances,
+        "schema_version": 2,
+    }

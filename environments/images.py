@@ -1,0 +1,347 @@
+"""Task images in three layers, as in SWE-bench: base -> environment -> instance.
+
+- base (`environments.base_image`): Debian + python + git + pytest + the non-root user `swerl`.
+- environment (`swerl-env.<name>:<hash>`): one project at one version under `/testbed` with its
+  test dependencies installed (from PyPI, at build time only: `docker build --network host`; the
+  containers made from it never have a network). Shared by every task of that project version.
+- instance (`swerl-inst.<instance_id>:<hash>`): the repository in the state the task starts from,
+  with git history reset to ONE commit (fixed author and date), so the agent cannot read the fix
+  from `git log`, and owned by `swerl`, stale bytecode removed.
+
+How a task says where its code comes from: `task.meta["env_spec"]` holds an `EnvSpec` (a dict).
+- `source: pypi-sdist` (synthesised tasks, SWE-smith style, and the hand-made fixtures): the env
+  image holds the pristine sdist as a one-commit repository; the instance applies
+  `task.meta["bug_patch"]` on top (the gold `patch` reverts it) and commits the result.
+  `task.base_commit` is the hash of that commit. Author, date and message are fixed, so the hash
+  depends only on the tree: the build checks it and fails when the image does not reproduce the
+  task (`instance_head(tag)` reads it back from a built image, e.g. when synthesising a task).
+- `source: <git URL>` or `mirror:<dir>` (dir of bare repos `owner__name.git`, for SWE-bench-like
+  tasks): the env image holds the clone at `spec.version` (a commit or tag, SWE-bench's
+  `environment_setup_commit`) with dependencies installed; the instance checks out
+  `task.base_commit`, re-runs `spec.install`, then resets history.
+
+Tags are content hashes of everything that went in (Dockerfile, parent image id, bug patch), so
+asking again is a cache hit (`docker image inspect` first; nothing that exists is rebuilt) and a
+change anywhere gives a new tag instead of a stale image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from environments.base_image import ImageBuildError, Progress, _stream, ensure_base_image, image_id
+from environments.records import TaskInstance
+from swerl.paths import swerl_home
+
+DEFAULT_RELEASE = "bookworm"  # the base image's Debian release (python 3.11)
+GIT_DATE = "2000-01-01T00:00:00+0000"
+
+# Build-time only (ARG, not ENV): pip trusts the host's CA bundle while the image is built.
+BUILD_CA_LINES = [
+    "COPY build-ca.crt /etc/swerl-build-ca.crt",
+    "ARG PIP_CERT=/etc/swerl-build-ca.crt",
+]
+
+# Build and cache files that must never show up in the agent's diff nor in the base commit.
+GIT_EXCLUDE = ("*.egg-info/", "__pycache__/", "*.py[co]", ".pytest_cache/", ".eggs/")
+
+CLEAN_BYTECODE = (
+    "find /testbed -name __pycache__ -type d -prune -exec rm -rf {} + "
+    "&& find /testbed -name '*.py[co]' -delete"
+)
+
+# One commit, fixed identity and date: the hash depends on the tree alone.
+RESET_HISTORY = (
+    "rm -rf /testbed/.git && git init -q /testbed "
+    "&& printf '%s\\n' " + " ".join(shlex.quote(p) for p in GIT_EXCLUDE) + " > /testbed/.git/info/exclude "
+    "&& git -C /testbed add -A "
+    f"&& GIT_AUTHOR_DATE={GIT_DATE} GIT_COMMITTER_DATE={GIT_DATE} "
+    "git -C /testbed -c user.name=swerl -c user.email=swerl@localhost -c commit.gpgsign=false "
+    "commit -q --allow-empty -m base"
+)
+
+
+@dataclass
+class EnvSpec:
+    """How to get one project's source and install it with its test dependencies."""
+
+    name: str  # distribution name on PyPI (or a short name for git sources)
+    version: str  # sdist version; for git sources the commit/tag of the environment
+    source: str = "pypi-sdist"  # "pypi-sdist" | git URL | "mirror:<dir of owner__name.git>"
+    repo: str = ""  # "owner/name", needed for mirror sources
+    python: str = DEFAULT_RELEASE  # Debian release of the base: bullseye | bookworm | trixie
+    pip: list[str] = field(default_factory=list)  # pinned requirements for the tests
+    install: str = "pip install --no-deps -e ."
+    env: dict[str, str] = field(default_factory=dict)  # build and run time, e.g. SCM versions
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EnvSpec":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"EnvSpec: unknown keys {sorted(unknown)}")
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def kind(self) -> str:
+        if self.source == "pypi-sdist":
+            return "sdist"
+        if self.source.startswith("mirror:"):
+            return "mirror"
+        return "git"
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+def env_spec_of(task: TaskInstance) -> EnvSpec:
+    spec = task.meta.get("env_spec")
+    if not isinstance(spec, dict):
+        raise ImageBuildError(f"{task.instance_id}: meta.env_spec is missing; cannot build its image")
+    return EnvSpec.from_dict(spec)
+
+
+def _docker_name(text: str) -> str:
+    """A valid docker repository component: lowercase alphanumerics and single separators."""
+
+    def sep(m: re.Match[str]) -> str:
+        return m.group() if re.fullmatch(r"[._]|__|-+", m.group()) else "-"
+
+    name = re.sub(r"[^a-z0-9]+", sep, text.lower()).strip("._-")
+    return name or "x"
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:12]
+
+
+def _require_image(ref: str) -> str:
+    iid = image_id(ref)
+    if iid is None:
+        raise ImageBuildError(f"image {ref} does not exist")
+    return iid
+
+
+def host_ca_bundle() -> Path:
+    """The CA bundle the host's own pip trusts (TLS-intercepting proxies need theirs in builds)."""
+    for var in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
+        if os.environ.get(var) and Path(os.environ[var]).is_file():
+            return Path(os.environ[var])
+    system = Path("/etc/ssl/certs/ca-certificates.crt")
+    if system.is_file():
+        return system
+    import certifi  # shipped with requests, which the docker SDK needs anyway
+
+    return Path(certifi.where())
+
+
+def _docker_build(tag: str, dockerfile: str, context: Path, progress: Progress) -> None:
+    """`docker build` with PyPI reachable; the host CA bundle goes in the context, not the hash."""
+    (context / "Dockerfile").write_text(dockerfile)
+    shutil.copyfile(host_ca_bundle(), context / "build-ca.crt")
+    cmd = ["docker", "build", "--network", "host", "--force-rm", "--label", "swerl=1",
+           "-t", tag, str(context)]
+    _stream(cmd, lambda line: progress(f"[{tag}] {line}"))
+
+
+# ---------------------------------------------------------------- sources, fetched on the host
+
+def fetch_sdist(name: str, version: str, progress: Progress = print) -> Path:
+    """The sdist archive of `name==version`, downloaded once into the machine-wide cache."""
+    cache = swerl_home() / "sdists" / f"{_docker_name(name)}-{version}"
+    found = [p for p in cache.glob("*") if p.suffix in (".gz", ".zip", ".bz2")] if cache.exists() else []
+    if found:
+        return found[0]
+    with tempfile.TemporaryDirectory(dir=swerl_home()) as tmp:
+        progress(f"downloading sdist {name}=={version}")
+        out = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+             f"{name}=={version}", "-d", tmp],
+            capture_output=True, text=True,
+        )
+        files = list(Path(tmp).iterdir())
+        if out.returncode != 0 or len(files) != 1:
+            raise ImageBuildError(f"pip download {name}=={version} failed:\n{out.stderr[-2000:]}")
+        cache.mkdir(parents=True, exist_ok=True)
+        return Path(shutil.move(str(files[0]), cache / files[0].name))
+
+
+def unpack_sdist(archive: Path, dest: Path) -> None:
+    """Unpack an sdist into `dest` without its top-level `name-version/` directory."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if archive.suffix == ".zip":
+            with zipfile.ZipFile(archive) as zf:
+                zf.extractall(tmp)
+        else:
+            with tarfile.open(archive) as tf:
+                tf.extractall(tmp, filter="data")
+        tops = list(Path(tmp).iterdir())
+        root = tops[0] if len(tops) == 1 and tops[0].is_dir() else Path(tmp)
+        shutil.copytree(root, dest, symlinks=True)
+
+
+def _clone(spec: EnvSpec, dest: Path, progress: Progress) -> None:
+    if spec.kind == "mirror":
+        if not spec.repo:
+            raise ImageBuildError(f"{spec.key}: a mirror source needs `repo` (owner/name)")
+        url = str(Path(spec.source[len("mirror:"):]) / (spec.repo.replace("/", "__") + ".git"))
+    else:
+        url = spec.source
+    progress(f"cloning {url}")
+    out = subprocess.run(["git", "clone", "--quiet", url, str(dest)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise ImageBuildError(f"git clone {url} failed:\n{out.stderr[-2000:]}")
+
+
+# ---------------------------------------------------------------- environment layer
+
+def env_dockerfile(spec: EnvSpec, base: str) -> str:
+    lines = [
+        f"FROM {base}",
+        "USER root",
+        "ENV PIP_BREAK_SYSTEM_PACKAGES=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore",
+        *BUILD_CA_LINES,
+    ]
+    if spec.env:
+        lines.append("ENV " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items())))
+    lines += [
+        "RUN command -v python >/dev/null || ln -s /usr/bin/python3 /usr/local/bin/python",
+        "COPY src/ /testbed/",
+        "WORKDIR /testbed",
+    ]
+    if spec.kind != "sdist":
+        lines.append(f"RUN git checkout -q -f {shlex.quote(spec.version)}")
+    if spec.pip:
+        lines.append("RUN pip install " + " ".join(shlex.quote(r) for r in spec.pip))
+    lines.append(f"RUN {spec.install}")
+    if spec.kind == "sdist":  # a clean one-commit repo: synthesis works on this image directly
+        lines.append(f"RUN {CLEAN_BYTECODE} && {RESET_HISTORY}")
+    lines += ["RUN chown -R swerl:swerl /testbed", "USER swerl", ""]
+    return "\n".join(lines)
+
+
+def _spec_id(spec: EnvSpec) -> str:
+    return json.dumps(spec.to_dict(), sort_keys=True)
+
+
+def env_tag(spec: EnvSpec, base: str) -> str:
+    digest = _digest(_spec_id(spec), env_dockerfile(spec, base), _require_image(base))
+    return f"swerl-env.{_docker_name(spec.name)}:{digest}"
+
+
+def build_env_image(spec: EnvSpec, base: str, progress: Progress = print) -> str:
+    """The environment image of `spec` on top of `base`; a cache hit when its tag exists."""
+    tag = env_tag(spec, base)
+    if image_id(tag):
+        return tag
+    progress(f"building {tag} ({spec.key})")
+    with tempfile.TemporaryDirectory(dir=swerl_home()) as tmp:
+        ctx = Path(tmp)
+        if spec.kind == "sdist":
+            unpack_sdist(fetch_sdist(spec.name, spec.version, progress), ctx / "src")
+        else:
+            _clone(spec, ctx / "src", progress)
+        _docker_build(tag, env_dockerfile(spec, base), ctx, progress)
+    return tag
+
+
+# ---------------------------------------------------------------- instance layer
+
+def instance_dockerfile(task: TaskInstance, spec: EnvSpec, env_image: str) -> str:
+    steps = ["cd /testbed"]
+    if spec.kind == "sdist":
+        if task.meta.get("bug_patch"):
+            steps += ["git apply --whitespace=nowarn /tmp/swerl-bug.patch", "rm /tmp/swerl-bug.patch"]
+    else:
+        steps += [f"git checkout -q -f {shlex.quote(task.base_commit)}", "git clean -fdq", spec.install]
+    steps += [CLEAN_BYTECODE, RESET_HISTORY, "chown -R swerl:swerl /testbed"]
+    if spec.kind == "sdist" and re.fullmatch(r"[0-9a-f]{40}", task.base_commit):
+        steps.append(
+            f'( test "$(git rev-parse HEAD)" = {task.base_commit} '
+            f'|| {{ echo "base_commit mismatch: built $(git rev-parse HEAD), task says {task.base_commit}"; exit 1; }} )'
+        )
+    lines = [f"FROM {env_image}", "USER root", *BUILD_CA_LINES]
+    if spec.kind == "sdist" and task.meta.get("bug_patch"):
+        lines.append("COPY bug.patch /tmp/swerl-bug.patch")
+    lines += ["RUN " + " \\\n && ".join(steps), "USER swerl", "WORKDIR /testbed", ""]
+    return "\n".join(lines)
+
+
+def instance_tag(task: TaskInstance, env_image: str) -> str:
+    spec = env_spec_of(task)
+    dockerfile = instance_dockerfile(task, spec, env_image)
+    digest = _digest(dockerfile, _require_image(env_image), task.meta.get("bug_patch", ""))
+    return f"swerl-inst.{_docker_name(task.instance_id)}:{digest}"
+
+
+def build_instance_image(task: TaskInstance, env_image: str, progress: Progress = print) -> str:
+    """The image a task's episodes and grading start from; a cache hit when its tag exists."""
+    tag = instance_tag(task, env_image)
+    if image_id(tag):
+        return tag
+    progress(f"building {tag}")
+    with tempfile.TemporaryDirectory(dir=swerl_home()) as tmp:
+        ctx = Path(tmp)
+        if task.meta.get("bug_patch"):
+            (ctx / "bug.patch").write_text(task.meta["bug_patch"])
+        _docker_build(tag, instance_dockerfile(task, env_spec_of(task), env_image), ctx, progress)
+    return tag
+
+
+def instance_head(tag: str) -> str:
+    """The single commit of an instance image: what a synthesised task records as base_commit."""
+    out = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "--label", "swerl=1", tag,
+         "git", "-C", "/testbed", "rev-parse", "HEAD"],
+        capture_output=True, text=True,
+    )
+    if out.returncode != 0:
+        raise ImageBuildError(f"cannot read HEAD of {tag}: {out.stderr.strip()}")
+    return out.stdout.strip()
+
+
+# ---------------------------------------------------------------- all of a dataset
+
+def base_for(spec: EnvSpec, progress: Progress = print) -> str:
+    if spec.python != DEFAULT_RELEASE:
+        raise ImageBuildError(
+            f"{spec.key}: python={spec.python!r} needs a {spec.python} base image; "
+            f"only {DEFAULT_RELEASE} is built by environments.base_image"
+        )
+    return ensure_base_image(progress)
+
+
+def ensure_images(
+    tasks: list[TaskInstance], progress: Progress = print, workers: int = 1
+) -> dict[str, str]:
+    """Build every missing env and instance image; returns instance_id -> instance image tag.
+
+    Env images first (one per project version), then instances, `workers` builds at a time:
+    builds are mostly pip and disk, so more than 2 buys little on a 2-core machine.
+    """
+    specs = {t.instance_id: env_spec_of(t) for t in tasks}
+    unique = {_spec_id(s): s for s in specs.values()}
+    bases = {s.python: base_for(s, progress) for s in unique.values()}
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        built = pool.map(lambda s: build_env_image(s, bases[s.python], progress), unique.values())
+        env_tags = dict(zip(unique, built))
+        tags = pool.map(lambda t: build_instance_image(t, env_tags[_spec_id(specs[t.instance_id])], progress), tasks)
+        return {t.instance_id: tag for t, tag in zip(tasks, tags)}
