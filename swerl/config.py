@@ -85,6 +85,7 @@ class RolloutConfig(Strict):
     model: str = "default"  # "default" = the cached SmolLM2-135M-Instruct
     server_url: str | None = None  # for backend=openai
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    infer_threads: int | None = Field(None, ge=1)  # torch threads while generating; None = half the cores
     max_turns: int = Field(10, ge=1)
     max_context_tokens: int = Field(4096, ge=256)
     observation_max_chars: int = Field(4000, ge=100)

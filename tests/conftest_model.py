@@ -1,0 +1,51 @@
+"""Shared fixtures for tests that need the real default model (SmolLM2-135M-Instruct).
+
+Import the fixtures you use into your test module (pytest finds imported fixtures):
+    from tests.conftest_model import default_model_dir, hf_backend, chat_prompt
+The first use on a machine downloads and converts the model (~30 s); later uses take < 1 s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def default_model_dir() -> Path:
+    from swerl.model_cache import ensure_default_model
+
+    return ensure_default_model(progress=lambda msg: None)
+
+
+@pytest.fixture(scope="session")
+def hf_backend(default_model_dir: Path) -> Any:
+    from training.inference.hf import HFBackend
+
+    backend = HFBackend(str(default_model_dir), seed=0)
+    yield backend
+    backend.close()
+
+
+def chat_prompt(tokenizer: Any, user: str, system: str | None = None) -> list[int]:
+    """Token ids of a one-message chat ready for the assistant's reply."""
+    msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    out = tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
+    ids = out["input_ids"] if hasattr(out, "keys") else out
+    return [int(t) for t in ids]
+
+
+@pytest.fixture
+def versioned_checkpoint(default_model_dir: Path, tmp_path: Path) -> Path:
+    """The default weights under a new version name (files linked, not copied: 500 MB)."""
+    import json
+
+    ckpt = tmp_path / "ckpt-v1"
+    ckpt.mkdir()
+    for f in default_model_dir.iterdir():
+        if f.name != "swerl.json":
+            (ckpt / f.name).symlink_to(f)
+    (ckpt / "swerl.json").write_text(json.dumps({"version": "test-v1"}))
+    return ckpt

@@ -1,0 +1,171 @@
+"""The HTTP contract between the openai client and a server, without a model or a socket."""
+
+import importlib.util
+import json
+
+import httpx
+import pytest
+
+from swerl.config import RolloutConfig
+from training.inference import make_backend
+from training.inference.base import Completion, SamplingParams
+from training.inference.openai_client import InferenceServerError, OpenAIBackend, parse_token_ids
+from training.inference.server import RequestError, parse_request, render_choice
+
+pytestmark = pytest.mark.unit
+
+
+class TinyTokenizer:
+    """Ids 0..9; 0 is <eos>; id n >= 1 spells as the letter 'a' + n - 1."""
+
+    eos_token_id = 0
+    vocab = {"<eos>": 0, **{chr(ord("a") + i - 1): i for i in range(1, 10)}}
+
+    def get_vocab(self):
+        return dict(self.vocab)
+
+    def __len__(self):
+        return len(self.vocab)
+
+    def encode(self, text, add_special_tokens=False):
+        return [self.vocab[c] for c in text]
+
+    def decode(self, ids, skip_special_tokens=False):
+        inv = {v: k for k, v in self.vocab.items()}
+        return "".join(inv[i] for i in ids if not (skip_special_tokens and i == 0))
+
+
+def test_request_parsing_takes_token_id_prompts():
+    req = parse_request({"prompt": [1, 2], "max_tokens": 4, "temperature": 0.5, "top_k": 3,
+                         "logprobs": 0, "return_tokens_as_token_ids": True, "seed": 9},
+                        "m", vocab_size=10)
+    assert req.prompts == [[1, 2]]
+    assert (req.sampling.max_new_tokens, req.sampling.temperature, req.sampling.top_k) == (4, 0.5, 3)
+    assert req.sampling.seed == 9 and req.want_logprobs and req.ids_as_tokens
+    assert parse_request({"prompt": [[1], [2, 3]]}, "m", 10).prompts == [[1], [2, 3]]
+
+
+@pytest.mark.parametrize("body, match", [
+    ({"prompt": [1], "n": 2}, "n=2"),
+    ({"prompt": [1], "logprobs": 5}, "logprobs=5"),
+    ({"prompt": [1], "stop": ["\n"]}, "stop="),
+    ({"prompt": [1], "frequency_penalty": 0.5}, "frequency_penalty"),
+    ({"prompt": [1], "typical_p": 0.5}, "unsupported request fields: typical_p"),
+    ({"prompt": "hello"}, "list of token ids"),
+    ({"prompt": [1, 99]}, "outside"),
+    ({"prompt": [1], "top_p": 0}, "top_p"),
+])
+def test_request_parsing_refuses_what_it_cannot_honour(body, match):
+    with pytest.raises(RequestError, match=match):
+        parse_request(body, "m", vocab_size=10)
+
+
+def test_wrong_model_is_404():
+    with pytest.raises(RequestError) as err:
+        parse_request({"prompt": [1], "model": "other"}, "m", 10)
+    assert err.value.status == 404
+
+
+def test_rendered_choice_round_trips_through_client_parser():
+    tok = TinyTokenizer()
+    req = parse_request({"prompt": [1], "logprobs": 0, "return_tokens_as_token_ids": True,
+                         "return_token_ids": True}, "m", 10)
+    choice = render_choice(0, Completion([3, 4, 0], [-0.1, -0.2, -0.3], "stop"), req, tok)
+    assert choice["logprobs"]["tokens"] == ["token_id:3", "token_id:4", "token_id:0"]
+    assert choice["text"] == "cd"
+    assert parse_token_ids(choice, tok) == [3, 4, 0]
+
+
+def test_token_id_channels_must_agree():
+    choice = {"token_ids": [1, 2], "logprobs": {"tokens": ["token_id:1", "token_id:3"]}}
+    with pytest.raises(InferenceServerError, match="disagree"):
+        parse_token_ids(choice, TinyTokenizer())
+
+
+def test_plain_token_strings_are_verified_against_text():
+    tok = TinyTokenizer()
+    good = {"text": "ab", "logprobs": {"tokens": ["a", "b", "<eos>"]}}
+    assert parse_token_ids(good, tok) == [1, 2, 0]
+    bad = {"text": "zz", "logprobs": {"tokens": ["a", "b"]}}
+    with pytest.raises(InferenceServerError, match="decode back"):
+        parse_token_ids(bad, tok)
+
+
+def fake_server(reply):
+    """An httpx transport answering /v1/models and /v1/completions with reply(body)."""
+    seen = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "m"}]})
+        if request.url.path == "/v1/completions":
+            body = json.loads(request.content)
+            seen.append(body)
+            return httpx.Response(200, json=reply(body))
+        return httpx.Response(404, json={"error": "no route"})
+
+    return httpx.Client(transport=httpx.MockTransport(handle)), seen
+
+
+def choice(ids, reason, lps=None):
+    return {"choices": [{"index": 0, "text": "", "finish_reason": reason, "token_ids": ids,
+                         "logprobs": {"tokens": [f"token_id:{i}" for i in ids],
+                                      "token_logprobs": lps or [-1.0] * len(ids)}}]}
+
+
+def test_client_sends_every_sampling_setting_and_reads_ids():
+    http, seen = fake_server(lambda body: choice([5, 6, 0], "stop", [-0.5, -0.25, -0.125]))
+    be = OpenAIBackend("http://srv/v1", tokenizer=TinyTokenizer(), http=http)
+    sp = SamplingParams(temperature=0.7, top_p=0.9, top_k=5, min_p=0.05,
+                        repetition_penalty=1.1, max_new_tokens=8, seed=3)
+    out = be.generate([[1, 2], [3]], sp)
+    assert [c.token_ids for c in out] == [[5, 6, 0]] * 2
+    assert out[0].logprobs == [-0.5, -0.25, -0.125] and out[0].finish_reason == "stop"
+    assert be.policy_version == "m"
+    body = seen[0]
+    for key, val in {"temperature": 0.7, "top_p": 0.9, "top_k": 5, "min_p": 0.05,
+                     "repetition_penalty": 1.1, "max_tokens": 8, "logprobs": 0,
+                     "return_tokens_as_token_ids": True, "model": "m"}.items():
+        assert body[key] == val, key
+    assert 0 in body["stop_token_ids"]
+    assert sorted(b["seed"] for b in seen) == [3, 4]  # repeated prompts must not share a seed
+
+
+@pytest.mark.parametrize("reply, match", [
+    (lambda b: choice([5] * (b["max_tokens"] + 2), "length"), "max_new_tokens"),
+    (lambda b: choice([5, 6], "stop"), "stop ids"),
+    (lambda b: choice([5, 6], "abort"), "finish_reason"),
+    (lambda b: choice([5, 6], "length", [-1.0]), "misaligned"),
+])
+def test_client_refuses_a_server_that_ignored_settings(reply, match):
+    http, _ = fake_server(reply)
+    be = OpenAIBackend("http://srv", tokenizer=TinyTokenizer(), http=http)
+    with pytest.raises(InferenceServerError, match=match):
+        be.generate([[1]], SamplingParams(max_new_tokens=4))
+
+
+def test_client_reports_http_errors_and_missing_weight_swap():
+    def handle(request):
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "m"}]})
+        if request.url.path == "/v1/completions":
+            return httpx.Response(400, json={"error": {"message": "top_k unsupported"}})
+        return httpx.Response(404)
+
+    be = OpenAIBackend("http://srv", tokenizer=TinyTokenizer(),
+                       http=httpx.Client(transport=httpx.MockTransport(handle)))
+    with pytest.raises(InferenceServerError, match="HTTP 400.*top_k unsupported"):
+        be.generate([[1]], SamplingParams(max_new_tokens=4))
+    with pytest.raises(NotImplementedError, match="restart"):
+        be.load_weights("/some/ckpt")
+
+
+def test_openai_backend_needs_server_url():
+    with pytest.raises(ValueError, match="server_url"):
+        make_backend(RolloutConfig(backend="openai"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
+def test_vllm_backend_without_vllm_names_the_gpu_extra():
+    with pytest.raises(ImportError, match=r"`gpu` extra"):
+        make_backend(RolloutConfig(backend="vllm"))
