@@ -321,6 +321,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import os
+
+    # nothing leaves the machine: Prefect's ephemeral server would otherwise send telemetry
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -281,6 +281,16 @@ def _unwrap(model: Any) -> Any:
     return getattr(model, "module", model)
 
 
+def _find_file(path: str) -> str:
+    """A relative path from a preset means the working directory's, else the project checkout's."""
+    from swerl.config import CONFIG_DIR
+
+    p = Path(path)
+    if p.is_absolute() or p.exists():
+        return str(p)
+    return str(CONFIG_DIR.parent / p)
+
+
 def _tasks_hash(tasks: list[TaskInstance]) -> str:
     return hashlib.sha256("\n".join(sorted(t.instance_id for t in tasks)).encode()).hexdigest()[:16]
 
@@ -329,7 +339,7 @@ def load_split(ctx: RunContext, split: str) -> list[TaskInstance]:
     d = ctx.cfg.data
     path = d.tasks_file if split == "train" else d.eval_tasks_file
     if path:
-        report = load_tasks(path)
+        report = load_tasks(_find_file(path))
         for err in report.errors:
             log.warning("skipping malformed task: %s", err)
         tasks = report.tasks
@@ -345,6 +355,8 @@ def load_split(ctx: RunContext, split: str) -> list[TaskInstance]:
             if per[t.project] <= d.max_tasks_per_project:
                 capped.append(t)
         tasks = capped
+    if d.max_tasks:
+        tasks = tasks[: d.max_tasks]
     ready = []
     for t in tasks:
         try:
