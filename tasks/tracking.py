@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -125,6 +126,11 @@ def check_tracking(cfg: SwerlConfig) -> str:
     uri = resolve_tracking_uri(cfg.tracking.uri)
     MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     return uri
+
+
+def metric_name(name: str) -> str:
+    """MLflow accepts only [A-Za-z0-9_-. :/] in metric names: `pass@1` is logged as `pass_at_1`."""
+    return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", name.replace("@", "_at_"))
 
 
 class Tracker:
@@ -247,7 +253,7 @@ class Tracker:
     def log_metrics(self, metrics: Mapping[str, float], step: int = 0,
                     run_id: str | None = None) -> None:
         now = int(time.time() * 1000)  # stamped when measured, not when the buffer is sent
-        self._enqueue(run_id, "metrics", [Metric(k, float(v), now, step) for k, v in metrics.items()])
+        self._enqueue(run_id, "metrics", [Metric(metric_name(k), float(v), now, step) for k, v in metrics.items()])
 
     def log_params(self, params: Mapping[str, Any], run_id: str | None = None) -> None:
         self._enqueue(run_id, "params",
