@@ -6,6 +6,7 @@ SWERL := .venv/bin/swerl
 STAMP := .venv/.swerl-installed
 PRESET ?= cpu-demo
 PYTEST_ARGS ?=
+ARGS ?=
 
 .PHONY: setup venv docker demo test test-unit up down logs doctor clean
 
@@ -41,7 +42,7 @@ up: venv docker
 	bash infra/stack.sh up
 
 down:
-	bash infra/stack.sh down
+	bash infra/stack.sh down $(ARGS)
 
 logs:
 	bash infra/stack.sh logs

@@ -228,6 +228,19 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from flows.deploy import DeployError, default_stack_env, deploy
+
+    cfg = _config(args)
+    try:
+        names = deploy(cfg, args.api_url, stack_env=default_stack_env(cfg, args.api_url))
+    except DeployError as e:
+        print(f"swerl deploy: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(names))
+    return 0
+
+
 def _add_run_args(p: argparse.ArgumentParser, default_preset: str = "smoke") -> None:
     _add_config_args(p, default_preset)
     p.add_argument("--run-id", help="the run to resume (default: derived from the resolved config)")
@@ -317,6 +330,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_id")
     _add_config_args(p)
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("deploy", help="create work pools, concurrency limits and deployments on a Prefect API")
+    _add_config_args(p)
+    p.add_argument("--api-url", help="Prefect API (default: the stack's .env, else orchestration.prefect_api_url)")
+    p.set_defaults(func=cmd_deploy)
     return parser
 
 

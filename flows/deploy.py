@@ -1,0 +1,177 @@
+"""`swerl deploy`: register every flow of prefect.yaml with a Prefect server.
+
+prefect.yaml is the one description of the deployments; applying it is Prefect's own
+`prefect deploy --all`. What that command does not do is done here first, through the client:
+the work pools it refers to and the tag concurrency limits the tasks rely on (`gpu`: task runs
+holding the policy model at once; `sandbox`: task runs driving sandboxes at once). Everything is
+an upsert, so deploying twice changes nothing and deploying after a config change updates in place.
+
+prefect.yaml's {{ $VAR }} placeholders say where runs go and where they keep their results.
+Two sources, never mixed:
+- the local stack (`stack_env`, its generated .env): its API, pools, bucket and MLflow server;
+- the config otherwise: `orchestration.*` pools and API, `storage.*`, `tracking.uri`.
+The preset and the tag limits always come from the config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from swerl.config import SwerlConfig
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+PLACEHOLDER = re.compile(r"\{\{\s*\$(\w+)\s*\}\}")
+
+
+class DeployError(RuntimeError):
+    """The deployments could not be applied; the message says what to do."""
+
+
+def default_stack_env(cfg: SwerlConfig, api_url: str | None = None) -> Path | None:
+    """The checkout's stack .env, unless an API was named explicitly (then: config mode)."""
+    env_file = PROJECT_DIR / ".env"
+    explicit = api_url or cfg.orchestration.prefect_api_url
+    return env_file if env_file.is_file() and not explicit else None
+
+
+def stack_targets(env_file: Path) -> dict[str, str]:
+    """The placeholder values for the stack an `infra/stack.sh up` .env describes."""
+    from dotenv import dotenv_values
+
+    v = {k: val or "" for k, val in dotenv_values(env_file).items()}
+    need = ["SWERL_PREFECT_PORT", "SWERL_S3_PORT", "SWERL_S3_BUCKET", "SWERL_MLFLOW_PORT",
+            "SWERL_CPU_POOL", "SWERL_GPU_POOL"]
+    missing = [k for k in need if not v.get(k)]
+    if missing:
+        raise DeployError(f"{env_file} lacks {', '.join(missing)}: regenerate it with infra/stack.sh up")
+    return {
+        "PREFECT_API_URL": f"http://127.0.0.1:{v['SWERL_PREFECT_PORT']}/api",
+        "SWERL_CPU_POOL": v["SWERL_CPU_POOL"],
+        "SWERL_GPU_POOL": v["SWERL_GPU_POOL"],
+        "SWERL_STORAGE_URI": f"s3://{v['SWERL_S3_BUCKET']}/store",
+        "SWERL_S3_ENDPOINT_URL": f"http://127.0.0.1:{v['SWERL_S3_PORT']}",
+        "SWERL_TRACKING_URI": f"http://127.0.0.1:{v['SWERL_MLFLOW_PORT']}",
+    }
+
+
+def config_targets(cfg: SwerlConfig) -> dict[str, str]:
+    """The placeholder values from the config alone (a shared S3, MLflow and Prefect at scale)."""
+    out = {
+        "SWERL_CPU_POOL": cfg.orchestration.cpu_pool,
+        "SWERL_GPU_POOL": cfg.orchestration.gpu_pool,
+        "SWERL_STORAGE_URI": cfg.storage.uri,
+        "SWERL_S3_ENDPOINT_URL": cfg.storage.s3_endpoint_url or "null",  # an override value: YAML null
+        "SWERL_TRACKING_URI": cfg.tracking.uri,
+    }
+    if cfg.orchestration.prefect_api_url:
+        out["PREFECT_API_URL"] = cfg.orchestration.prefect_api_url
+    return out
+
+
+def resolve_targets(cfg: SwerlConfig, api_url: str | None, stack_env: Path | None) -> dict[str, str]:
+    """Placeholder values plus PREFECT_API_URL; never the ephemeral API (nothing would run there)."""
+    targets = stack_targets(stack_env) if stack_env is not None else config_targets(cfg)
+    url = api_url or cfg.orchestration.prefect_api_url or targets.get("PREFECT_API_URL") \
+        or os.environ.get("PREFECT_API_URL")
+    if not url:
+        raise DeployError("no Prefect API to deploy to: start the stack (`make up`), or pass "
+                          "--api-url, or set PREFECT_API_URL or orchestration.prefect_api_url")
+    return {**targets, "PREFECT_API_URL": url.rstrip("/"), "SWERL_PRESET": cfg.preset}
+
+
+def load_spec(prefect_file: Path) -> list[dict[str, Any]]:
+    """The deployments of prefect.yaml, YAML anchors resolved."""
+    spec = yaml.safe_load(prefect_file.read_text()) or {}
+    deployments = spec.get("deployments") or []
+    if not deployments:
+        raise DeployError(f"{prefect_file} defines no deployments")
+    return deployments
+
+
+def missing_variables(deployments: list[dict[str, Any]], env: dict[str, str]) -> list[str]:
+    """Placeholders that would stay literal (Prefect leaves unknown ones as they are).
+
+    Only the deployments are checked: the pull step's $SWERL_CODE_DIR is read on the worker.
+    """
+    used = set(PLACEHOLDER.findall(json.dumps(deployments)))
+    return sorted(v for v in used if not env.get(v))
+
+
+def ensure_pools_and_limits(client: Any, pools: list[str], cfg: SwerlConfig) -> None:
+    """Process work pools (with the process worker's job template) and the tag limits."""
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+    from prefect.workers.process import ProcessWorker
+
+    for pool in dict.fromkeys(pools):
+        try:
+            client.read_work_pool(pool)
+        except ObjectNotFound:
+            try:
+                client.create_work_pool(WorkPoolCreate(
+                    name=pool, type=ProcessWorker.type,
+                    base_job_template=ProcessWorker.get_default_base_job_template()))
+            except ObjectAlreadyExists:  # a worker starting right now made it first
+                pass
+    client.create_concurrency_limit(tag="gpu", concurrency_limit=cfg.orchestration.gpu_limit)
+    client.create_concurrency_limit(tag="sandbox", concurrency_limit=cfg.orchestration.sandbox_limit)
+
+
+def run_prefect_deploy(prefect_file: Path, targets: dict[str, str]) -> None:
+    cmd = [sys.executable, "-m", "prefect", "deploy", "--all", "--prefect-file", str(prefect_file)]
+    env = {**os.environ, **targets, "PREFECT_CLI_PROMPT": "false"}
+    out = subprocess.run(cmd, cwd=prefect_file.parent, env=env, capture_output=True, text=True,
+                         timeout=900)
+    if out.returncode != 0:
+        tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-40:])
+        raise DeployError(f"`prefect deploy --all` failed (rc={out.returncode}):\n{tail}")
+
+
+def read_back(client: Any, deployments: list[dict[str, Any]]) -> list[str]:
+    """`flow/deployment` names as the server has them; raises if one of ours is missing."""
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+
+    wanted = {(d["name"], d["entrypoint"]) for d in deployments}
+    found = client.read_deployments(deployment_filter=DeploymentFilter(
+        name=DeploymentFilterName(any_=sorted({name for name, _ in wanted}))))
+    ours = [d for d in found if (d.name, d.entrypoint) in wanted]
+    missing = wanted - {(d.name, d.entrypoint) for d in ours}
+    if missing:
+        raise DeployError(f"deployments missing after `prefect deploy`: {sorted(missing)}")
+    return sorted(f"{client.read_flow(d.flow_id).name}/{d.name}" for d in ours)
+
+
+def deploy(cfg: SwerlConfig, api_url: str | None = None, *, stack_env: Path | None = None,
+           prefect_file: Path | None = None) -> list[str]:
+    """Create pools, tag limits and every deployment of prefect.yaml; return `flow/deployment` names.
+
+    `stack_env`: the local stack's .env (see `default_stack_env`); None = targets from `cfg`.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    prefect_file = prefect_file or PROJECT_DIR / "prefect.yaml"
+    targets = resolve_targets(cfg, api_url, stack_env)
+    deployments = load_spec(prefect_file)
+    missing = missing_variables(deployments, targets)
+    if missing:
+        raise DeployError(f"{prefect_file.name} uses {', '.join(missing)}, which swerl deploy "
+                          "does not set (flows/deploy.py: stack_targets/config_targets)")
+
+    url = targets["PREFECT_API_URL"]
+    with temporary_settings({PREFECT_API_URL: url}), get_client(sync_client=True) as client:
+        err = client.api_healthcheck()
+        if err is not None:
+            raise DeployError(f"Prefect API {url} is not reachable ({type(err).__name__}: {err}); "
+                              "is the stack up (`make up`)?") from err
+        ensure_pools_and_limits(client, [targets["SWERL_CPU_POOL"], targets["SWERL_GPU_POOL"]], cfg)
+        run_prefect_deploy(prefect_file, targets)
+        return read_back(client, deployments)
