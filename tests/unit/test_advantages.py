@@ -1,0 +1,69 @@
+"""Rewards, turn penalty, group advantages and dynamic sampling, by hand."""
+
+import math
+
+import pytest
+
+from training.dapo import (dynamic_sampling, group_advantages, reward, samples_from_groups,
+                           turn_penalty)
+from training.fixtures import make_trajectory
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("turns,expected", [
+    (0, 0.0), (9, 0.0),    # below l_thr: no penalty
+    (10, 0.0),             # at l_thr: (10-10)/30 = 0
+    (25, -0.5),            # (10-25)/(40-10) = -15/30
+    (40, -1.0),            # the turn limit: -1
+])
+def test_turn_penalty(turns, expected):
+    assert turn_penalty(turns, l_thr=10, t_max=40) == pytest.approx(expected)
+
+
+def test_reward():
+    assert reward(True, 5, 10, 40) == 1.0
+    assert reward(True, 25, 10, 40) == pytest.approx(0.5)    # 1 - 0.5
+    assert reward(False, 25, 10, 40) == pytest.approx(-0.5)
+    assert reward(True, 40, 10, 40) == pytest.approx(0.0)    # solved at the limit: 1 - 1
+
+
+def test_group_advantages_population_std():
+    # mean 0.5, population std 0.5 -> +-1 (sample std 0.577 would give +-0.866)
+    assert group_advantages([1.0, 0.0, 0.0, 1.0], 0.0) == pytest.approx([1.0, -1.0, -1.0, 1.0])
+    # mean 0.25; var = (0.75^2 + 3 * 0.25^2) / 4 = 0.1875; std = 0.4330127
+    # -> 0.75/0.4330127 = 1.7320508 (= sqrt 3), -0.25/0.4330127 = -0.5773503 (= -1/sqrt 3)
+    s3 = math.sqrt(3.0)
+    assert group_advantages([1.0, 0.0, 0.0, 0.0], 0.0) == pytest.approx([s3, -1 / s3, -1 / s3, -1 / s3])
+    # delta adds to the std: rewards 2, 0 -> mean 1, std 1, (+-1)/(1+1) = +-0.5
+    assert group_advantages([2.0, 0.0], 1.0) == pytest.approx([0.5, -0.5])
+
+
+def test_group_advantages_all_equal_are_zero():
+    assert group_advantages([0.5, 0.5, 0.5], 1e-6) == [0.0, 0.0, 0.0]
+
+
+def test_dynamic_sampling_on_rewards():
+    groups = [[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [0.5, 0.5, 0.25]]
+    kept, dropped = dynamic_sampling(groups)
+    assert kept == [[1.0, 0.0], [0.5, 0.5, 0.25]]
+    assert dropped == 2
+
+
+def test_samples_from_groups_drops_errors_and_flat_groups():
+    def traj(status, r, i, task):
+        return make_trajectory(prompt=[1, 2], turns=[([3, 4], False, [5])], status=status,
+                               reward=r, task_id=task, sample_index=i)
+
+    groups = [
+        [traj("resolved", 1.0, 0, "a"), traj("unresolved", 0.0, 1, "a"), traj("error", 0.0, 2, "a")],
+        [traj("unresolved", 0.0, 0, "b"), traj("unresolved", 0.0, 1, "b")],   # flat: dropped
+        [traj("resolved", 1.0, 0, "c"), traj("error", 0.0, 1, "c")],          # one left: flat
+    ]
+    samples, stats = samples_from_groups(groups, delta=0.0)
+    # group a without its error: rewards 1, 0 -> advantages +1, -1
+    assert [s.advantage for s in samples] == pytest.approx([1.0, -1.0])
+    assert stats["groups_kept"] == 1 and stats["groups_dropped"] == 2
+    assert stats["trajectories_errored"] == 2
+    assert stats["reward_mean"] == pytest.approx(2 / 5)  # rewards 1,0,0,0,1 of the 5 non-errors
+    assert stats["resolved_share"] == pytest.approx(2 / 5)

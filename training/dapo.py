@@ -1,0 +1,306 @@
+"""DAPO: rewards, group advantages, dynamic sampling, the clipped token-level loss, one update.
+
+The math (``dapo_loss``, ``turn_penalty``, ``reward``, ``group_advantages``,
+``dynamic_sampling``) is pure and unit-tested against hand-computed numbers;
+``iteration_update`` drives the shared Trainer with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from swerl.config import DAPOConfig, DAPOStage, SwerlConfig
+from training.batching import micro_batches, minibatches
+from training.trainer import Trainer, progress_bar
+from training.trajectory import TrainingSample, Trajectory, training_sample
+
+log = logging.getLogger(__name__)
+
+# A token whose probability differs by more than 2x between sampler and trainer counts as
+# mismatched: small numeric noise (bf16 vs fp32, kernel order) stays far below that.
+MISMATCH_BOUND = math.log(2.0)
+
+
+# ---- rewards and advantages -------------------------------------------------------------
+def turn_penalty(turns: int, l_thr: int, t_max: int) -> float:
+    """Zero below ``l_thr`` turns, then linear down to -1 at the turn limit ``t_max``.
+
+    Long episodes cost rollout time; the penalty steers towards solving in fewer turns without
+    touching short episodes.
+    """
+    if turns < l_thr:
+        return 0.0
+    return (l_thr - turns) / (t_max - l_thr)
+
+
+def reward(resolved: bool, turns: int, l_thr: int, t_max: int) -> float:
+    return float(resolved) + turn_penalty(turns, l_thr, t_max)
+
+
+def group_advantages(rewards: list[float], delta: float) -> list[float]:
+    """(R - mean) / (std + delta) within one prompt's group.
+
+    Population std (ddof=0): the group is all the samples there are for this prompt, and it
+    makes the advantages unit-variance whatever the group size (a 2-sample group with rewards
+    0 and 1 gets -1 and +1, not +-0.71).
+    """
+    n = len(rewards)
+    mean = sum(rewards) / n
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n)
+    return [(r - mean) / (std + delta) for r in rewards]
+
+
+def _reward_of(x: Any) -> float:
+    return float(x) if isinstance(x, (int, float)) else float(x.reward)
+
+
+def dynamic_sampling(groups: Sequence[Sequence[Any]]) -> tuple[list[Sequence[Any]], int]:
+    """Drop groups whose members all got the same reward: their advantages are all zero, so they
+    add tokens to the normaliser but no gradient. Members are rewards or have ``.reward``."""
+    kept = []
+    for g in groups:
+        rewards = [_reward_of(x) for x in g]
+        if rewards and max(rewards) != min(rewards):
+            kept.append(g)
+    return kept, len(groups) - len(kept)
+
+
+def samples_from_groups(groups: list[list[Trajectory]], delta: float,
+                        mask_format_errors: bool = True) -> tuple[list[TrainingSample], dict[str, float]]:
+    """Training samples (with advantages) from each prompt's group of trajectories.
+
+    Episodes that ended in an infrastructure error are dropped before the group statistics:
+    they say nothing about the policy and must not count as reward 0.
+    """
+    clean = [[t for t in g if t.status != "error"] for g in groups]
+    errored = sum(len(g) for g in groups) - sum(len(g) for g in clean)
+    kept, dropped = dynamic_sampling(clean)
+    samples = []
+    for g in kept:
+        for traj, adv in zip(g, group_advantages([t.reward for t in g], delta)):
+            s = training_sample(traj, mask_format_errors)
+            s.advantage = adv
+            samples.append(s)
+    valid = [t for g in clean for t in g]
+    stats = {
+        "groups_kept": float(len(kept)),
+        "groups_dropped": float(dropped),
+        "trajectories_errored": float(errored),
+        "reward_mean": sum(t.reward for t in valid) / len(valid) if valid else float("nan"),
+        "resolved_share": sum(t.status == "resolved" for t in valid) / len(valid) if valid else float("nan"),
+    }
+    return samples, stats
+
+
+# ---- the loss ---------------------------------------------------------------------------
+def _per_token(advantages: Tensor, like: Tensor) -> Tensor:
+    return advantages[:, None].expand_as(like) if advantages.dim() == 1 else advantages
+
+
+def clipped_objective(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor,
+                      eps_low: float, eps_high: float) -> tuple[Tensor, Tensor]:
+    """Per-token min(r*A, clip(r, 1-eps_low, 1+eps_high)*A) and the ratio r."""
+    ratio = torch.exp(logprobs - old_logprobs)
+    adv = _per_token(advantages, ratio)
+    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    return torch.minimum(ratio * adv, clipped * adv), ratio
+
+
+def clip_sums(ratio: Tensor, advantages: Tensor, mask: Tensor, eps_low: float,
+              eps_high: float) -> dict[str, float]:
+    """Token counts where the clip binds (zeroing the gradient), plus the ratio sum.
+
+    Low side: A < 0 and r < 1-eps_low. High side: A > 0 and r > 1+eps_high. Sums, so that
+    micro-batches add up; divide by the loss-token count for shares.
+    """
+    r = ratio.detach()
+    adv = _per_token(advantages, r)
+    m = mask > 0
+    return {
+        "clip_frac_low": float(((r < 1.0 - eps_low) & (adv < 0) & m).sum()),
+        "clip_frac_high": float(((r > 1.0 + eps_high) & (adv > 0) & m).sum()),
+        "ratio_mean": float((r * mask).sum()),
+    }
+
+
+def dapo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, loss_mask: Tensor,
+              eps_low: float, eps_high: float) -> tuple[Tensor, dict[str, float]]:
+    """Clipped surrogate, summed over all masked tokens of the batch / their count.
+
+    Token-level normalisation (DAPO): every token weighs the same, whichever sequence it is in.
+    logprobs, old_logprobs, loss_mask: [B, T]; advantages: [B] or [B, T].
+    """
+    mask = loss_mask.to(logprobs.dtype)
+    obj, ratio = clipped_objective(logprobs, old_logprobs, advantages, eps_low, eps_high)
+    n = float(mask.sum())
+    loss = -(obj * mask).sum() / max(n, 1.0)
+    metrics = {k: v / max(n, 1.0) for k, v in clip_sums(ratio, advantages, mask, eps_low, eps_high).items()}
+    masked = ratio.detach()[mask > 0]
+    metrics["ratio_max"] = float(masked.max()) if n else 1.0
+    metrics["ratio_min"] = float(masked.min()) if n else 1.0
+    metrics["tokens"] = n
+    return loss, metrics
+
+
+def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
+    """Per-token k3 estimate of KL(policy || ref) on policy samples: exp(d) - 1 - d, d = ref - pi.
+
+    Non-negative and unbiased; used only when ``kl_coef`` > 0 (DAPO has no KL term by default).
+    """
+    d = ref_logprobs - logprobs
+    return torch.exp(d) - 1.0 - d
+
+
+# ---- sampler/trainer mismatch -----------------------------------------------------------
+def _has_behaviour(s: TrainingSample) -> bool:
+    """training_sample() writes 0.0 where the sampler gave no logprobs; a real record has some
+    nonzero logprob on its loss tokens."""
+    return any(lp != 0.0 for lp, m in zip(s.behaviour_logprobs, s.loss_mask) if m)
+
+
+def mismatch_stats(samples: list[TrainingSample], index: list[int], old: list[Tensor | None],
+                   bound: float = MISMATCH_BOUND) -> dict[str, float]:
+    """Sums comparing the sampler's logprobs with the trainer's recomputed ones on loss tokens.
+
+    k3 with r = p_trainer / p_sampler estimates KL(sampler || trainer) from sampled tokens.
+    """
+    sums = {"abs_diff": 0.0, "kl_k3": 0.0, "over_bound": 0.0, "tokens": 0.0, "missing": 0.0}
+    for i in index:
+        s = samples[i]
+        if not _has_behaviour(s):
+            sums["missing"] += 1
+            continue
+        mask = torch.tensor(s.loss_mask[1:], dtype=torch.bool)
+        behav = torch.tensor(s.behaviour_logprobs[1:], dtype=torch.float32)[mask]
+        log_r = old[i][mask] - behav
+        sums["abs_diff"] += float(log_r.abs().sum())
+        sums["kl_k3"] += float((torch.exp(log_r) - 1.0 - log_r).sum())
+        sums["over_bound"] += float((log_r.abs() > bound).sum())
+        sums["tokens"] += float(mask.sum())
+    return sums
+
+
+def tis_weights(samples: list[TrainingSample], old: list[Tensor | None], cap: float) -> list[Tensor | None]:
+    """Truncated importance sampling: min(p_trainer / p_sampler, cap) per token, as a constant.
+
+    Corrects for rollouts sampled by an engine whose numerics differ from the trainer's; the
+    cap bounds the variance. Samples without sampler logprobs get weight 1.
+    """
+    out: list[Tensor | None] = []
+    for s, o in zip(samples, old):
+        if o is None:
+            out.append(None)
+        elif not _has_behaviour(s):
+            out.append(torch.ones_like(o))
+        else:
+            behav = torch.tensor(s.behaviour_logprobs[1:], dtype=torch.float32)
+            out.append(torch.exp(o - behav).clamp(max=cap))
+    return out
+
+
+# ---- one iteration's update -------------------------------------------------------------
+def _score_samples(trainer: Trainer, samples: list[TrainingSample], index: list[int],
+                   model: nn.Module | None = None, desc: str = "old logprobs") -> list[Tensor | None]:
+    out: list[Tensor | None] = [None] * len(samples)
+    batches = micro_batches(samples, index, trainer.cfg.micro_batch_tokens, trainer.pad_id)
+    for mb, rows in zip(batches, trainer.score(batches, model=model, desc=desc)):
+        for i, lp in zip(mb.index, rows):
+            out[i] = lp
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def iteration_update(trainer: Trainer | nn.Module, samples: list[TrainingSample],
+                     cfg: DAPOConfig | SwerlConfig, stage: DAPOStage | None = None, *,
+                     ref_model: nn.Module | None = None, group_stats: dict[str, float] | None = None,
+                     seed: int = 0) -> dict[str, float]:
+    """One DAPO policy update over an iteration's samples (advantages already set).
+
+    Old logprobs are recomputed by the trainer with the weights as they are before any step,
+    then the data is passed over ONCE in shuffled minibatches of ``stage.batch_size``
+    trajectories per optimizer step. Pass a Trainer to keep AdamW state across iterations; a
+    bare model gets a fresh one (lr = stage.lr, constant after warmup).
+    """
+    dcfg = cfg.dapo if isinstance(cfg, SwerlConfig) else cfg
+    stage = stage or dcfg.stages[0]
+    if stage.kl_coef > 0 and ref_model is None:
+        raise ValueError(f"kl_coef={stage.kl_coef} needs a ref_model")
+    plan_all = minibatches(len(samples), stage.batch_size, seed)
+    if not isinstance(trainer, Trainer):
+        trainer = Trainer(trainer, dcfg.train, total_steps=max(1, len(plan_all)), lr=stage.lr,
+                          chunk=dcfg.logprob_chunk, schedule="constant")
+    metrics: dict[str, float] = dict(group_stats or {})
+    if not samples:
+        log.warning("DAPO iteration has no samples with a nonzero advantage: no update")
+        return metrics | {"steps": 0.0, "tokens": 0.0}
+    t0 = time.perf_counter()
+    plan = [trainer.shard(b) for b in plan_all]
+    mine = sorted({i for b in plan for i in b})
+
+    old = _score_samples(trainer, samples, mine)
+    local = mismatch_stats(samples, mine, old)
+    mm = dict(zip(local, trainer.global_sum(list(local.values()))))
+    n_mm = max(mm["tokens"], 1.0)
+    metrics.update({
+        "mismatch/abs_diff_mean": mm["abs_diff"] / n_mm,
+        "mismatch/kl_k3": mm["kl_k3"] / n_mm,
+        "mismatch/share_over_bound": mm["over_bound"] / n_mm,
+        "mismatch/samples_without_logprobs": mm["missing"],
+        "mismatch/warn": float(mm["kl_k3"] / n_mm > dcfg.mismatch_warn_kl),
+    })
+    if metrics["mismatch/warn"]:
+        log.warning("sampler/trainer logprob mismatch jumped: KL(k3)=%.4f > %.4f (mean |diff| %.4f)",
+                    metrics["mismatch/kl_k3"], dcfg.mismatch_warn_kl, metrics["mismatch/abs_diff_mean"])
+
+    extras: dict[str, list] = {"old_logprobs": old}
+    if dcfg.tis_cap is not None:
+        extras["tis_weight"] = tis_weights(samples, old, dcfg.tis_cap)
+    if stage.kl_coef > 0:
+        extras["ref_logprobs"] = _score_samples(trainer, samples, mine, model=ref_model.to(trainer.device),
+                                                desc="ref logprobs")
+
+    def loss_fn(lp: Tensor, mb) -> tuple[Tensor, dict[str, float]]:
+        obj, ratio = clipped_objective(lp, mb.extras["old_logprobs"], mb.advantages,
+                                       stage.eps_low, stage.eps_high)
+        if "tis_weight" in mb.extras:
+            obj = obj * mb.extras["tis_weight"]
+        token_loss = -obj
+        if "ref_logprobs" in mb.extras:
+            token_loss = token_loss + stage.kl_coef * kl_k3(lp, mb.extras["ref_logprobs"])
+        return token_loss * mb.loss_mask, clip_sums(ratio, mb.advantages, mb.loss_mask,
+                                                    stage.eps_low, stage.eps_high)
+
+    steps = []
+    for index in progress_bar(plan, "dapo update", trainer.progress):
+        batches = micro_batches(samples, index, trainer.cfg.micro_batch_tokens, trainer.pad_id, extras)
+        steps.append(trainer.step(batches, loss_fn))
+
+    weights = [s["loss_tokens"] for s in steps]
+    total_w = max(sum(weights), 1.0)
+    for key in ("loss", "entropy", "clip_frac_low", "clip_frac_high", "ratio_mean"):
+        metrics[key] = sum(s[key] * w for s, w in zip(steps, weights)) / total_w
+    elapsed = time.perf_counter() - t0
+    tokens = sum(s["tokens"] for s in steps)
+    metrics.update({
+        "grad_norm": _mean([s["grad_norm"] for s in steps]),
+        "grad_norm_max": max(s["grad_norm"] for s in steps),
+        "lr": steps[-1]["lr"],
+        "steps": float(len(steps)),
+        "samples": float(len(samples)),
+        "tokens": tokens,
+        "loss_tokens": sum(weights),
+        "time_s": elapsed,
+        "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+    })
+    return metrics
+

@@ -1,0 +1,99 @@
+"""Per-token log-probabilities without materialising [tokens x vocab] logits.
+
+At 16k tokens and a 49k-152k vocabulary the full logits alone are 3-10 GB in fp32, and
+log_softmax plus its backward triples that. We run the model's own forward (so FSDP/ZeRO-3 hooks
+gather the weights as usual) but swap its LM head for a function that walks the sequence in
+chunks: project a chunk, log_softmax it, gather the target ids, drop the chunk. Each chunk is
+wrapped in ``torch.utils.checkpoint`` so the backward recomputes the chunk's logits instead of
+keeping them all alive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from accelerate.utils import extract_model_from_parallel
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+
+def _chunk_scores(hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor,
+                  with_entropy: bool) -> Tensor:
+    """Logprob of each target (and the entropy of each position) for one chunk of positions."""
+    logp = F.linear(hidden, weight, bias).float().log_softmax(-1)
+    lp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if not with_entropy:
+        return lp
+    # Entropy is a metric only: no gradient, so the backward stays one gather per chunk.
+    ent = -(logp.detach().exp() * logp.detach()).sum(-1)
+    return torch.stack([lp, ent], dim=-1)
+
+
+def chunked_head(hidden: Tensor, head: nn.Linear, targets: Tensor, chunk: int,
+                 with_entropy: bool = False) -> Tensor:
+    """Apply ``head`` + log_softmax + gather over the sequence dim in chunks of ``chunk``.
+
+    hidden: [B, T, H] states whose position t predicts targets[:, t]; returns [B, T] (or
+    [B, T, 2] with entropy in the last slot).
+    """
+    use_ckpt = torch.is_grad_enabled() and hidden.requires_grad
+    parts = []
+    for s in range(0, hidden.shape[1], chunk):
+        h, tgt = hidden[:, s:s + chunk], targets[:, s:s + chunk]
+        if use_ckpt:
+            parts.append(checkpoint(_chunk_scores, h, head.weight, head.bias, tgt, with_entropy,
+                                    use_reentrant=False))
+        else:
+            parts.append(_chunk_scores(h, head.weight, head.bias, tgt, with_entropy))
+    return torch.cat(parts, dim=1)
+
+
+@contextmanager
+def _head_replaced(head: nn.Module, fn: Callable[[Tensor], Tensor]) -> Iterator[None]:
+    """Swap the head's forward for the duration of one model call.
+
+    Going through ``head.__call__`` keeps distributed wrappers' hooks (which gather sharded
+    weights) in place; only the computation inside changes.
+    """
+    head.forward = fn
+    try:
+        yield
+    finally:
+        del head.forward
+
+
+def lm_head_of(model: nn.Module) -> nn.Linear:
+    head = extract_model_from_parallel(model).get_output_embeddings()
+    if not isinstance(head, nn.Linear):
+        raise TypeError(f"expected an nn.Linear LM head, got {type(head).__name__}")
+    return head
+
+
+def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor,
+                   chunk: int = 1024, with_entropy: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """log p(input_ids[:, t+1] | input_ids[:, :t+1]) for every t: shape [B, T-1].
+
+    With ``with_entropy`` also returns the policy entropy at each of those positions (no grad).
+    Padding positions get finite garbage; callers mask them.
+    """
+    head = lm_head_of(model)
+    targets = input_ids[:, 1:]
+
+    def scores(hidden: Tensor) -> Tensor:
+        return chunked_head(hidden[:, :-1], head, targets, chunk, with_entropy)
+
+    with _head_replaced(head, scores):
+        out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    if with_entropy:
+        return out[..., 0], out[..., 1].detach()
+    return out
+
+
+def naive_token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """The reference: full logits, full log_softmax. For tests and the memory benchmark only."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    logp = logits[:, :-1].float().log_softmax(-1)
+    return logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
