@@ -113,7 +113,9 @@ def pipeline(preset: str = "smoke", overrides: list[str] = [], run_id: str | Non
     policy = "base"
     if cfg.rft.enabled:
         policy = st.rft.with_options(**_opts(ref))(ref, pool, policy)
-        reports["rft"] = st.evaluate.with_options(**_opts(ref))(ref, "rft", policy, eval_tasks)
+        # an RFT without resolved trajectories leaves the policy as it was: no second evaluation
+        reports["rft"] = (reports["base"] if policy == "base"
+                          else st.evaluate.with_options(**_opts(ref))(ref, "rft", policy, eval_tasks))
     if cfg.dapo.enabled:
         policy = _dapo_stages(ref, pool, policy, None)
         reports["dapo"] = st.evaluate.with_options(**_opts(ref))(ref, "dapo", policy, eval_tasks)
