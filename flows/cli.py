@@ -241,6 +241,78 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_curate_synth(args: argparse.Namespace) -> int:
+    import json
+
+    from flows.curate import curate
+
+    _config(args)
+    out = curate(**_flow_args(args))
+    for split in ("train", "eval"):
+        d = out[split]
+        print(f"{split}: {d['name']}@{d['hash']} {d['counts']['total']} tasks -> {d['uri']}")
+        print("  by project : " + json.dumps(d["counts"]["by_project"]))
+        print("  by modifier: " + json.dumps(d["counts"]["by_modifier"]))
+    return 0
+
+
+def cmd_curate_import(args: argparse.Namespace) -> int:
+    from environments.curation.dataset import save_dataset
+    from environments.curation.importers import import_tasks
+    from swerl.store import open_store
+
+    cfg = _config(args)
+    report = import_tasks(args.source_path, args.source, repo_mirror=args.repo_mirror, split=args.split)
+    for err in report.errors:
+        print(f"swerl: skipped: {err}", file=sys.stderr)
+    print(f"imported {len(report.tasks)} tasks ({len(report.errors)} skipped)")
+    if args.name and report.tasks:
+        ref = save_dataset(open_store(cfg.storage), args.name, report.tasks,
+                           {"source": args.source, "from": args.source_path})
+        print(f"dataset {ref.name}@{ref.hash} -> {ref.uri}")
+    return 0 if report.tasks else 1
+
+
+def cmd_dataset_ls(args: argparse.Namespace) -> int:
+    from environments.curation.dataset import list_datasets
+    from swerl.store import open_store
+
+    for ref in list_datasets(open_store(_config(args).storage)):
+        print(f"{ref.name:<24} {ref.hash}  {ref.counts.get('total', '?'):>5} tasks  {ref.uri}")
+    return 0
+
+
+def cmd_dataset_show(args: argparse.Namespace) -> int:
+    import json
+
+    from environments.curation.dataset import dataset_manifest
+    from swerl.store import open_store
+
+    print(json.dumps(dataset_manifest(open_store(_config(args).storage), args.name, args.hash), indent=2))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    import json
+    import random
+
+    from environments.curation.validate import validate_tasks
+    from environments.records import load_tasks
+
+    cfg = _config(args)
+    loaded = load_tasks(args.tasks)
+    for err in loaded.errors:
+        print(f"swerl: skipping malformed task: {err}", file=sys.stderr)
+    tasks = loaded.tasks
+    if args.sample and args.sample < len(tasks):
+        tasks = random.Random(args.seed).sample(tasks, args.sample)
+    report = validate_tasks(tasks, cfg.environment, workers=args.workers)
+    print(json.dumps(report.summary(), indent=2))
+    for iid, why in report.failed.items():
+        print(f"  FAILED {iid}: {why}")
+    return 0 if not report.failed else 1
+
+
 def _add_run_args(p: argparse.ArgumentParser, default_preset: str = "smoke") -> None:
     _add_config_args(p, default_preset)
     p.add_argument("--run-id", help="the run to resume (default: derived from the resolved config)")
@@ -335,6 +407,39 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p)
     p.add_argument("--api-url", help="Prefect API (default: the stack's .env, else orchestration.prefect_api_url)")
     p.set_defaults(func=cmd_deploy)
+
+    p = sub.add_parser("curate", help="build datasets: synthesise from PyPI projects, or import SWE-bench files")
+    csub = p.add_subparsers(dest="curate_command", required=True)
+    syn = csub.add_parser("synth", help="synthesise validated tasks from the preset's projects (cached)")
+    _add_run_args(syn, "cpu-demo")
+    syn.set_defaults(func=cmd_curate_synth)
+    imp = csub.add_parser("import", help="import SWE-bench / SWE-rebench / SWE-Gym tasks (file or HF name)")
+    _add_config_args(imp)
+    imp.add_argument("source_path", help="a .json/.jsonl/.parquet file or a Hugging Face dataset name")
+    imp.add_argument("--source", required=True, help="swe-bench, swe-bench-lite, swe-bench-verified, swe-rebench, swe-gym")
+    imp.add_argument("--repo-mirror", help="directory of bare mirrors named owner__name.git")
+    imp.add_argument("--split", help="train or eval (default: by source)")
+    imp.add_argument("--name", help="save as this dataset in the store")
+    imp.set_defaults(func=cmd_curate_import)
+
+    p = sub.add_parser("dataset", help="browse datasets in the store")
+    dsub = p.add_subparsers(dest="dataset_command", required=True)
+    ls = dsub.add_parser("ls")
+    _add_config_args(ls)
+    ls.set_defaults(func=cmd_dataset_ls)
+    show = dsub.add_parser("show")
+    _add_config_args(show)
+    show.add_argument("name")
+    show.add_argument("--hash")
+    show.set_defaults(func=cmd_dataset_show)
+
+    p = sub.add_parser("validate", help="gold resolves, empty does not, FAIL_TO_PASS fail before")
+    _add_config_args(p)
+    p.add_argument("--tasks", required=True)
+    p.add_argument("--sample", type=int, help="validate a random sample of this many tasks")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=2)
+    p.set_defaults(func=cmd_validate)
     return parser
 
 

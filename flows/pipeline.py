@@ -105,6 +105,10 @@ def pipeline(preset: str = "smoke", overrides: list[str] = [], run_id: str | Non
     parent = t.parent()
     create_markdown_artifact(f"MLflow parent run `{parent}` (experiment `{cfg.experiment_name}`), "
                              f"store `{t.ctx.store.url(t.ctx.key())}`", key="swerl-run")
+    if not (cfg.data.tasks_file and cfg.data.eval_tasks_file):
+        from flows.curate import curate_task
+
+        curate_task.with_options(**_opts(ref))(ref)
     train = st.load_tasks.with_options(**_opts(ref))(ref, "train")
     eval_tasks = st.load_tasks.with_options(**_opts(ref))(ref, "eval")
     reports: dict[str, dict[str, Any]] = {}
