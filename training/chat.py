@@ -10,8 +10,10 @@ from then on only append: sampled ids as sampled, then wrapper + observation ids
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from training.inference.base import SamplingParams
 
 _A = "\x00ASSISTANT_PROBE\x00"
 _U = "\x00OBSERVATION_PROBE\x00"
@@ -19,7 +21,7 @@ _U = "\x00OBSERVATION_PROBE\x00"
 
 @dataclass
 class ChatFormat:
-    tokenizer: Any
+    tokenizer: Any = field(repr=False)
     obs_prefix: str  # text after the assistant's content, before the observation
     obs_suffix: str  # text after the observation, up to where the next assistant turn begins
     eos_ids: list[int]  # ids that end an assistant turn when sampled
@@ -29,6 +31,9 @@ class ChatFormat:
         msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
                 {"role": "assistant", "content": _A}, {"role": "user", "content": _U}]
         text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        if _A not in text or _U not in text or text.index(_A) > text.index(_U):
+            raise ValueError("the chat template does not render assistant and user turns in order; "
+                             "incremental tokenisation needs one that does")
         a_end = text.index(_A) + len(_A)
         u_start = text.index(_U)
         eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
@@ -56,6 +61,10 @@ class ChatFormat:
                 prefix = prefix[len(eos_text):]
         text = prefix + observation + self.obs_suffix
         return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def sampling(self, sampling: SamplingParams) -> SamplingParams:
+        """`sampling` that also stops at this template's end-of-turn ids."""
+        return sampling.with_(stop_token_ids=tuple(sorted(set(sampling.stop_token_ids) | set(self.eos_ids))))
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -1,30 +1,47 @@
 """The rollout engine: many episodes at once, one batched generate call per round.
 
-Environment steps and grading are I/O-bound (docker) and run in a thread pool; generation is
-compute-bound and batched across every episode waiting for its next turn. Finished episodes are
-written to the store one record each, so a killed job re-run skips them.
+Each active episode sits in a slot that is either waiting for the policy or running one env
+operation (start, step, grade) in a thread: those are docker round trips, I/O-bound, so threads
+overlap them with generation. Generation is compute-bound and done here, in one batched call
+over every episode waiting for its next turn; when some episodes are still in an env step the
+call waits a little for them (`batch_wait_s`, or a share of the last call's duration), because
+a batch of 8 costs far less than 8 batches of 1 and a straggler left out costs a whole call.
+
+Finished episodes are written to the store one record each, so a killed job re-run skips them.
+Infrastructure failures (SandboxError, OSError, an env operation past its deadline) restart the
+episode from scratch up to `infra_retries` times and are then recorded as status "error" with
+the reason: never as a reward.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from tqdm import tqdm
 
 from environments.records import TaskInstance
 from environments.sandbox import SandboxError
-from training.agent import AgentLimits, Episode, finish_episode, start_episode
+from training.agent import (AgentLimits, Episode, Request, RewardFn, episode_patch, grade_episode,
+                            start_episode)
 from training.chat import ChatFormat
-from training.inference.base import InferenceBackend, SamplingParams
+from training.inference.base import Completion, InferenceBackend, SamplingParams
 from training.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 
 EnvFactory = Callable[[TaskInstance], Any]  # -> an unstarted SWEEnv
+
+
+class EnvTimeout(SandboxError):
+    """An env operation ran past its deadline: the sandbox is presumed hung."""
+
+
+INFRA_ERRORS = (SandboxError, OSError)  # EnvTimeout is a SandboxError
 
 
 @dataclass
@@ -34,27 +51,37 @@ class RolloutSpec:
     action_format: str
     window: int = 100
     one_shot: bool = False
-    concurrency: int = 4
+    concurrency: int = 4  # episodes (hence sandboxes) at once
     infra_retries: int = 2  # an episode lost to an infra error is started again this many times
-    batch_wait_s: float = 0.05  # how long to wait for more episodes before a generate call
+    # how long a generate call waits for episodes still in an env step: at least batch_wait_s, or
+    # this share of the last generate call's duration (a straggler left out costs a whole call)
+    batch_wait_s: float = 1.0
+    batch_wait_share: float = 0.25
+    env_timeout_s: float = 900.0  # a reset or step past this is a hung sandbox: infra error
+    grade_timeout_s: float = 1800.0  # the same for patch collection plus grading
+    redo_errors: bool = True  # on re-run, episodes recorded as infra errors are run again
 
 
 @dataclass
 class RolloutStats:
-    episodes: int = 0
+    episodes: int = 0  # finished by this call (reused ones not counted)
     reused: int = 0
     gen_time_s: float = 0.0
-    env_time_s: float = 0.0
-    grade_time_s: float = 0.0
+    env_time_s: float = 0.0  # summed over threads: resets and steps
+    grade_time_s: float = 0.0  # summed over threads
     wall_s: float = 0.0
     generated_tokens: int = 0
+    prompt_tokens: int = 0  # context ids sent with each generate call (the backend may cache a prefix)
     generate_calls: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
     infra_retries: int = 0
     trajectories: list[Trajectory] = field(default_factory=list)
 
     def summary(self) -> dict[str, float]:
+        """Rates over this rollout's trajectories (reused included); reward over graded ones."""
         trajs = self.trajectories
         n = max(len(trajs), 1)
+        graded = [t for t in trajs if t.status != "error"]
         turns = [t for tr in trajs for t in tr.turns]
         reasons: dict[str, int] = {}
         for tr in trajs:
@@ -64,11 +91,17 @@ class RolloutStats:
             "reused": self.reused,
             "resolved_rate": sum(t.status == "resolved" for t in trajs) / n,
             "error_rate": sum(t.status == "error" for t in trajs) / n,
-            "reward_mean": sum(t.reward for t in trajs) / n,
+            "reward_mean": sum(t.reward for t in graded) / max(len(graded), 1),
             "format_error_rate": sum(t.format_error for t in turns) / max(len(turns), 1),
             "mean_turns": sum(t.num_turns for t in trajs) / n,
-            "tokens_per_s": self.generated_tokens / self.gen_time_s if self.gen_time_s else 0.0,
-            "episodes_per_min": 60 * (len(trajs) - self.reused) / self.wall_s if self.wall_s else 0.0,
+            "tokens_per_s": self.generated_tokens / self.wall_s if self.wall_s else 0.0,
+            "gen_tokens_per_s": self.generated_tokens / self.gen_time_s if self.gen_time_s else 0.0,
+            "episodes_per_min": 60 * self.episodes / self.wall_s if self.wall_s else 0.0,
+            "mean_batch": sum(self.batch_sizes) / max(len(self.batch_sizes), 1),
+            "generated_tokens": self.generated_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "generate_calls": self.generate_calls,
+            "infra_retries": self.infra_retries,
             "gen_time_s": self.gen_time_s,
             "env_time_s": self.env_time_s,
             "grade_time_s": self.grade_time_s,
@@ -102,55 +135,127 @@ class TrajectorySink:
             self.store.put_text(self.key(traj.task_id, traj.sample_index), traj.to_json())
 
 
+# ---------------------------------------------------------------------------- generation
+
+
+_warned_unseeded = False
+
+
+def generate(backend: InferenceBackend, prompts: list[list[int]], sampling: SamplingParams,
+             seeds: list[int | None]) -> list[Completion]:
+    """One batched call with one seed per prompt.
+
+    `InferenceBackend.generate` seeds prompt i with `seed + i`, which ties a prompt's randomness
+    to its row in the batch; backends with `generate_rows` take a seed per row. A backend
+    without it still batches, unseeded (its own random stream), and says so once.
+    """
+    global _warned_unseeded
+    if all(s is None for s in seeds):
+        return backend.generate(prompts, sampling.with_(seed=None))
+    if len(prompts) == 1:
+        return backend.generate(prompts, sampling.with_(seed=seeds[0]))
+    rows = getattr(backend, "generate_rows", None)
+    if rows is not None:
+        return rows(prompts, sampling.with_(seed=None), seeds)
+    if not _warned_unseeded:
+        _warned_unseeded = True
+        log.warning("%s has no generate_rows: batched turns are sampled unseeded (not reproducible)",
+                    type(backend).__name__)
+    return backend.generate(prompts, sampling.with_(seed=None))
+
+
+# ---------------------------------------------------------------------------- env operations
+
+
+def _spawn(fn: Callable[..., Any], *args: Any) -> Future:
+    """Run fn in a daemon thread; the future's result is (value, seconds it took).
+
+    Daemon threads rather than a pool: an env operation that hangs is abandoned at its
+    deadline, and a hung pool worker would keep the interpreter from exiting.
+    """
+    fut: Future = Future()
+    fut.set_running_or_notify_cancel()
+
+    def run() -> None:
+        t0 = time.monotonic()
+        try:
+            value = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the engine, which decides
+            fut.set_exception(e)
+        else:
+            fut.set_result((value, time.monotonic() - t0))
+
+    threading.Thread(target=run, daemon=True, name=f"rollout-{getattr(fn, '__name__', 'op')}").start()
+    return fut
+
+
+def _close(env: Any) -> None:
+    try:
+        env.close()
+    except Exception as e:  # noqa: BLE001 - close must not hide the error that got us here
+        log.warning("closing an env failed: %s", e)
+
+
+@dataclass
+class _Slot:
+    """One active episode: where it is and what it is waiting for."""
+
+    task: TaskInstance
+    index: int
+    attempt: int
+    env: Any = None
+    ep: Episode | None = None
+    phase: str = "start"  # start -> ready <-> step -> ready ... -> grade
+    fut: Future | None = None
+    timeout: float = float("inf")
+    deadline: float = float("inf")
+    abandoned: bool = False  # set when the engine gave up on it; a late start closes its env
+
+
+def _start(slot: _Slot, env_factory: EnvFactory, chat: ChatFormat, spec: RolloutSpec, policy_version: str
+           ) -> Episode:
+    slot.env = env = env_factory(slot.task)
+    try:
+        ep = start_episode(slot.task, slot.index, env, chat, spec.limits, policy_version, spec.action_format,
+                           spec.window, spec.one_shot, seed=spec.sampling.seed)
+    except BaseException:
+        _close(env)
+        raise
+    if slot.abandoned:  # the engine gave up while reset ran: nobody else will close this sandbox
+        _close(env)
+    return ep
+
+
+def _finish(ep: Episode, reward_fn: RewardFn, grade_retries: int) -> Trajectory:
+    return grade_episode(ep, episode_patch(ep), reward_fn, grade_retries)
+
+
+# ---------------------------------------------------------------------------- the engine
+
+
 def collect(tasks: Iterable[TaskInstance], samples: int, backend: InferenceBackend, env_factory: EnvFactory,
-            spec: RolloutSpec, reward_fn: Callable[[Trajectory], float],
-            sink: TrajectorySink | None = None, progress: bool = True) -> RolloutStats:
+            spec: RolloutSpec, reward_fn: RewardFn, sink: TrajectorySink | None = None,
+            progress: bool = True) -> RolloutStats:
     """Run `samples` episodes of every task; return all trajectories, reused ones included."""
     chat = ChatFormat.from_tokenizer(backend.tokenizer)
-    sampling = replace(spec.sampling, stop_token_ids=tuple(sorted(set(spec.sampling.stop_token_ids) | set(chat.eos_ids))))
+    sampling = chat.sampling(spec.sampling)
     sink = sink or TrajectorySink(None, "")
     stats = RolloutStats()
     finished = sink.done()
     todo: list[tuple[TaskInstance, int, int]] = []  # (task, sample index, attempt)
     for task in tasks:
         for i in range(samples):
-            k = f"{task.instance_id}__{i}"
-            if k in finished:
-                stats.trajectories.append(finished[k])
+            old = finished.get(f"{task.instance_id}__{i}")
+            if old is not None and not (spec.redo_errors and old.status == "error"):
+                stats.trajectories.append(old)
                 stats.reused += 1
             else:
                 todo.append((task, i, 0))
     bar = tqdm(total=len(todo) + stats.reused, initial=stats.reused, desc="rollout", disable=not progress,
                unit="ep")
     t_start = time.monotonic()
-    pool = ThreadPoolExecutor(max_workers=spec.concurrency * 2, thread_name_prefix="env")
-    starting: dict[Future, tuple[TaskInstance, int, int]] = {}
-    stepping: dict[Future, tuple[Episode, int]] = {}
-    grading: dict[Future, tuple[Episode, int]] = {}
-    ready: list[tuple[Episode, int]] = []
-
-    def start(item: tuple[TaskInstance, int, int]) -> Episode:
-        task, i, _ = item
-        env = env_factory(task)
-        try:
-            return start_episode(task, i, env, chat, spec.limits, backend.policy_version, spec.action_format,
-                                 spec.window, spec.one_shot)
-        except BaseException:
-            env.close()
-            raise
-
-    def retry_or_record(item: tuple[TaskInstance, int, int], err: BaseException, ep: Episode | None) -> None:
-        task, i, attempt = item
-        if ep is not None:
-            ep.env.close()
-        if attempt < spec.infra_retries:
-            stats.infra_retries += 1
-            log.warning("episode %s#%d infra error (%s); retrying", task.instance_id, i, err)
-            todo.append((task, i, attempt + 1))
-            return
-        traj = ep.traj if ep else Trajectory(task.instance_id, i, backend.policy_version, [])
-        traj.status, traj.error_reason, traj.exit_reason = "error", f"{type(err).__name__}: {err}", "error"
-        record(traj)
+    slots: list[_Slot] = []
+    closing: list[Future] = []  # closes of abandoned (hung) envs, joined before returning
 
     def record(traj: Trajectory) -> None:
         sink.put(traj)
@@ -159,73 +264,129 @@ def collect(tasks: Iterable[TaskInstance], samples: int, backend: InferenceBacke
         bar.update(1)
         bar.set_postfix(resolved=sum(t.status == "resolved" for t in stats.trajectories))
 
+    def infra_error(slot: _Slot, err: BaseException, hung: bool = False) -> None:
+        """Retry the episode from scratch, or record it as an error once retries are spent."""
+        slots.remove(slot)
+        slot.abandoned = True
+        if slot.env is not None:
+            if hung:  # its thread is stuck in the env: closing (removing the container) frees it
+                closing.append(_spawn(_close, slot.env))
+            else:
+                _close(slot.env)
+        reason = f"{type(err).__name__}: {err}"
+        if slot.attempt < spec.infra_retries:
+            stats.infra_retries += 1
+            log.warning("episode %s#%d: infra error in %s (%s); starting it again", slot.task.instance_id,
+                        slot.index, slot.phase, reason)
+            todo.append((slot.task, slot.index, slot.attempt + 1))
+            return
+        log.error("episode %s#%d: infra error in %s after %d attempts: %s", slot.task.instance_id, slot.index,
+                  slot.phase, slot.attempt + 1, reason)
+        traj = slot.ep.traj if slot.ep else Trajectory(slot.task.instance_id, slot.index,
+                                                       backend.policy_version, [])
+        traj.status, traj.error_reason, traj.exit_reason = "error", f"{slot.phase}: {reason}", "error"
+        traj.reward = 0.0
+        traj.meta["attempts"] = slot.attempt + 1
+        record(traj)
+
+    def run(slot: _Slot, phase: str, timeout: float, fn: Callable[..., Any], *args: Any) -> None:
+        slot.phase, slot.timeout, slot.deadline = phase, timeout, time.monotonic() + timeout
+        slot.fut = _spawn(fn, *args)
+
+    def harvest() -> None:
+        """Move every slot whose env operation ended (or overran) to its next phase."""
+        now = time.monotonic()
+        for slot in list(slots):
+            fut = slot.fut
+            if fut is None:
+                continue
+            if not fut.done():
+                if now > slot.deadline:
+                    infra_error(slot, EnvTimeout(f"{slot.phase} did not finish within {slot.timeout:g} s"), hung=True)
+                continue
+            slot.fut = None
+            try:
+                value, took = fut.result()
+            except INFRA_ERRORS as e:
+                infra_error(slot, e)
+                continue
+            if slot.phase == "start":
+                slot.ep, slot.phase = value, "ready"
+                stats.env_time_s += took
+            elif slot.phase == "step":
+                slot.phase = "ready"
+                stats.env_time_s += took
+            else:  # grade
+                slots.remove(slot)
+                stats.grade_time_s += value.timings.get("grade_s", 0.0)
+                record(value)
+
+    def generate_round(batch: list[tuple[_Slot, Request]]) -> None:
+        # a shared token budget per call; episodes near their context limit get their own call
+        by_budget: dict[int, list[tuple[_Slot, Request]]] = {}
+        for slot, req in batch:
+            by_budget.setdefault(req.max_new_tokens, []).append((slot, req))
+        for budget in sorted(by_budget, reverse=True):
+            group = by_budget[budget]
+            t0 = time.monotonic()
+            completions = generate(backend, [r.ids for _, r in group], sampling.with_(max_new_tokens=budget),
+                                   [r.seed for _, r in group])
+            dt = time.monotonic() - t0
+            stats.gen_time_s += dt
+            stats.generate_calls += 1
+            stats.batch_sizes.append(len(group))
+            stats.generated_tokens += sum(len(c.token_ids) for c in completions)
+            stats.prompt_tokens += sum(len(r.ids) for _, r in group)
+            for (slot, _), comp in zip(group, completions):
+                assert slot.ep is not None
+                run(slot, "step", spec.env_timeout_s, slot.ep.apply, comp, chat, dt)
+
+    waiting_since: float | None = None  # when the oldest unserved request became ready
+    last_gen_s = 0.0
     try:
-        while todo or starting or stepping or grading or ready:
-            active = len(starting) + len(stepping) + len(ready) + len(grading)
-            while todo and active < spec.concurrency:
-                item = todo.pop(0)
-                starting[pool.submit(start, item)] = item
-                active += 1
-            # block until env work finishes; if some episodes already wait for the policy, only
-            # linger briefly so that more can join the same generate call
-            pending = list(starting) + list(stepping) + list(grading)
-            if pending and (not ready or stepping):
-                wait(pending, timeout=spec.batch_wait_s if ready else None, return_when=FIRST_COMPLETED)
-            for fut in [f for f in starting if f.done()]:
-                item = starting.pop(fut)
-                try:
-                    ready.append((fut.result(), item[2]))
-                except (SandboxError, OSError) as e:
-                    retry_or_record(item, e, None)
-            for fut in [f for f in stepping if f.done()]:
-                ep, attempt = stepping.pop(fut)
-                try:
-                    fut.result()
-                    ready.append((ep, attempt))
-                except (SandboxError, OSError) as e:
-                    retry_or_record((ep.task, ep.traj.sample_index, attempt), e, ep)
-            for fut in [f for f in grading if f.done()]:
-                ep, attempt = grading.pop(fut)
-                traj = fut.result()
-                stats.grade_time_s += traj.timings.get("grade_s", 0.0)
-                record(traj)
-            # one batched generation over every episode waiting for its next turn
-            batch: list[tuple[Episode, int, list[int], int]] = []
-            for ep, attempt in ready:
-                req = ep.next_request()
+        while todo or slots:
+            while todo and len(slots) < spec.concurrency:
+                task, i, attempt = todo.pop(0)
+                slot = _Slot(task, i, attempt)
+                slots.append(slot)
+                run(slot, "start", spec.env_timeout_s, _start, slot, env_factory, chat, spec,
+                    backend.policy_version)
+            harvest()
+            batch = []
+            for slot in slots:
+                if slot.phase != "ready":
+                    continue
+                assert slot.ep is not None
+                req = slot.ep.next_request()
                 if req is None:
-                    grading[pool.submit(finish_episode, ep, reward_fn)] = (ep, attempt)
+                    run(slot, "grade", spec.grade_timeout_s, _finish, slot.ep, reward_fn, spec.infra_retries)
                 else:
-                    batch.append((ep, attempt, *req))
-            ready = []
-            # episodes near their context limit get their own call with a smaller budget
-            for group in _by_budget(batch):
-                budget = group[0][3]
+                    batch.append((slot, req))
+            coming = [s.fut for s in slots if s.phase in ("start", "step") and s.fut is not None]
+            if batch:
+                waiting_since = waiting_since or time.monotonic()
+                patience = max(spec.batch_wait_s, spec.batch_wait_share * last_gen_s)
+                left = waiting_since + patience - time.monotonic()
+                if coming and left > 0 and len(batch) < spec.concurrency:
+                    wait(coming, timeout=left, return_when=FIRST_COMPLETED)
+                    continue
+                waiting_since = None
                 t0 = time.monotonic()
-                completions = backend.generate([ids for _, _, ids, _ in group], replace(sampling, max_new_tokens=budget))
-                dt = time.monotonic() - t0
-                stats.gen_time_s += dt
-                stats.generate_calls += 1
-                stats.generated_tokens += sum(len(c.token_ids) for c in completions)
-                for (ep, attempt, _, _), comp in zip(group, completions):
-                    stepping[pool.submit(_step, ep, comp, chat, dt, stats)] = (ep, attempt)
+                generate_round(batch)
+                last_gen_s = time.monotonic() - t0
+                continue
+            pending = [s.fut for s in slots if s.fut is not None]
+            if pending:
+                next_deadline = min(s.deadline for s in slots if s.fut is not None)
+                wait(pending, timeout=max(0.01, min(next_deadline - time.monotonic(), 5.0)),
+                     return_when=FIRST_COMPLETED)
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        for fut, (ep, _) in list(stepping.items()) + list(grading.items()):
-            ep.env.close()
+        for slot in slots:  # an exception or Ctrl-C: no sandbox may outlive the call
+            slot.abandoned = True
+            if slot.env is not None:
+                closing.append(_spawn(_close, slot.env))
+        if closing:
+            wait(closing, timeout=60)
         bar.close()
     stats.wall_s = time.monotonic() - t_start
     return stats
-
-
-def _by_budget(batch: list[tuple[Episode, int, list[int], int]]) -> list[list[tuple[Episode, int, list[int], int]]]:
-    groups: dict[int, list] = {}
-    for item in batch:
-        groups.setdefault(item[3], []).append(item)
-    return [groups[b] for b in sorted(groups, reverse=True)]
-
-
-def _step(ep: Episode, completion: Any, chat: ChatFormat, gen_time_s: float, stats: RolloutStats) -> None:
-    t0 = time.monotonic()
-    ep.apply(completion, chat, gen_time_s)
-    stats.env_time_s += time.monotonic() - t0

@@ -1,0 +1,175 @@
+"""`curate_synth`: the whole synthesis stage, cached per project, ending in two datasets.
+
+Work is keyed by content hashes: a project's tasks are stored under
+`curation/synth/{name}-{version}/{cache_key}.json` (project spec + curation options + pipeline
+version), and a dataset's validation report under `curation/validation/{dataset hash}.json`. Re-running
+the same config therefore rebuilds nothing: it reads the per-project results, re-derives the
+same datasets (same content, same hash) and finds them already saved.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Literal
+
+from environments.curation.dataset import DatasetRef, counts, dataset_hash, save_dataset
+from environments.curation.projects import Project, check_disjoint, default_split, resolve
+from environments.curation.splits import make_splits
+from environments.curation.synth import Interrupted, ProjectResult, SynthOptions, cache_key, synth_project
+from environments.curation.validate import validate_tasks
+from environments.images import base_for, build_env_image
+from environments.records import TaskInstance
+from swerl.config import SwerlConfig
+from swerl.store import Store
+
+Progress = Callable[[str], None]
+Validate = Literal["none", "sample", "all"]
+
+
+class CurationError(RuntimeError):
+    """A project could not be curated at all (image build, its suite, the sandbox)."""
+
+
+def project_cache_key(project: Project, opts: SynthOptions) -> str:
+    return f"curation/synth/{project.name}-{project.version}/{cache_key(project, opts)}.json"
+
+
+def curate_project(project: Project, opts: SynthOptions, cfg: SwerlConfig, store: Store,
+                   progress: Progress, stop: threading.Event | None = None) -> tuple[ProjectResult, bool]:
+    """One project's tasks: from the store when this exact work was done before."""
+    key = project_cache_key(project, opts)
+    if store.exists(key):
+        saved = store.get_json(key)
+        return ProjectResult(saved["project"], [TaskInstance.from_dict(t) for t in saved["tasks"]],
+                             saved["stats"]), True
+    spec = project.env_spec()
+    t0 = time.monotonic()
+    tag = build_env_image(spec, base_for(spec, progress), progress=lambda line: None)
+    progress(f"[{project.key}] environment image {tag} ({time.monotonic() - t0:.0f} s)")
+    result = synth_project(project, tag, cfg.environment, opts, progress, stop)
+    result.stats["env_image_s"] = round(time.monotonic() - t0 - result.stats.get("seconds", 0), 1)
+    store.put_json(key, {"project": result.project, "stats": result.stats,
+                         "tasks": [t.to_dict() for t in result.tasks]})
+    return result, False
+
+
+def projects_from(cfg: SwerlConfig) -> tuple[list[Project], list[Project]]:
+    train = resolve(cfg.data.projects_train, "train") if cfg.data.projects_train else default_split("train")
+    eval_ = resolve(cfg.data.projects_eval, "eval") if cfg.data.projects_eval else default_split("eval")
+    check_disjoint(train, eval_)
+    return train, eval_
+
+
+def _sample(tasks: list[TaskInstance], per_project: int, seed: int) -> list[TaskInstance]:
+    by_project: dict[str, list[TaskInstance]] = {}
+    for t in tasks:
+        by_project.setdefault(t.project, []).append(t)
+    rng = random.Random(seed)
+    out = []
+    for name in sorted(by_project):
+        group = sorted(by_project[name], key=lambda t: t.instance_id)
+        out += rng.sample(group, min(per_project, len(group)))
+    return out
+
+
+def validated(tasks: list[TaskInstance], mode: Validate, cfg: SwerlConfig, store: Store, digest: str,
+              workers: int, progress: Progress) -> tuple[list[TaskInstance], dict[str, Any]]:
+    """Grade gold and empty patches on real instance images (all tasks, or a few per project);
+    tasks that fail for a task reason are dropped, infra failures are reported and kept out of
+    the count of valid tasks but never silently treated as invalid."""
+    if mode == "none" or not tasks:
+        return tasks, {"mode": mode}
+    key = f"curation/validation/{digest}-{mode}.json"
+    if store.exists(key):
+        report = store.get_json(key)
+    else:
+        chosen = tasks if mode == "all" else _sample(tasks, 2, cfg.data.seed)
+        rep = validate_tasks(chosen, cfg.environment, workers, progress)
+        report = rep.to_dict()
+        if report["summary"]["infra_errors"] == 0:  # only a clean verdict is worth caching
+            store.put_json(key, report)
+    bad = {c["instance_id"] for c in report["checks"] if not c["ok"] and not c["infra"]}
+    infra = [c["instance_id"] for c in report["checks"] if c["infra"]]
+    if infra:
+        progress(f"[validate] {len(infra)} tasks could not be checked (infrastructure): {infra[:5]}")
+    return [t for t in tasks if t.instance_id not in bad], {"mode": mode, **report["summary"]}
+
+
+def curate_synth(cfg: SwerlConfig, store: Store, progress: Progress = print, workers: int = 2,
+                 validate: Validate = "sample", strict: bool = False, options: dict[str, Any] | None = None,
+                 projects: tuple[list[Project], list[Project]] | None = None,
+                 ) -> tuple[DatasetRef, DatasetRef, dict[str, Any]]:
+    """Synthesise, split, validate and save the train and eval datasets of `cfg.data`.
+
+    `workers` projects are synthesised at once (each in its own sandbox). A project that fails
+    (its image does not build, its suite does not run) is reported in `stats["errors"]`, and
+    with `strict` raised as CurationError after the others finished. `options` overrides
+    SynthOptions fields (e.g. `{"time_budget_s": 600}`); `projects` replaces the config's
+    (train, eval) project lists.
+    """
+    t0 = time.monotonic()
+    train_projects, eval_projects = projects or projects_from(cfg)
+    check_disjoint(train_projects, eval_projects)
+    opts = SynthOptions.from_config(cfg.data, **(options or {}))
+    results: dict[str, ProjectResult] = {}
+    errors: dict[str, str] = {}
+    hits: list[str] = []
+
+    stop = threading.Event()
+
+    def one(project: Project) -> None:
+        if stop.is_set():
+            return
+        try:
+            res, hit = curate_project(project, opts, cfg, store, progress, stop)
+        except Interrupted:
+            return
+        except Exception as e:  # reported per project; the others still finish
+            errors[project.key] = f"{type(e).__name__}: {str(e)[:1500]}"
+            progress(f"[{project.key}] FAILED: {errors[project.key][:500]}")
+            return
+        results[project.key] = res
+        if hit:
+            hits.append(project.key)
+        progress(f"[{project.key}] {len(res.tasks)} tasks{' (cached)' if hit else ''}")
+
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    try:
+        list(pool.map(one, train_projects + eval_projects))
+    except BaseException:  # Ctrl-C / SIGTERM: workers stop at their next candidate, sandboxes close
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    if strict and errors:
+        raise CurationError("projects failed: " + "; ".join(f"{k}: {v[:300]}" for k, v in errors.items()))
+
+    def gather(projects: list[Project]) -> list[TaskInstance]:
+        return [t for p in projects if p.key in results for t in results[p.key].tasks]
+
+    splits = make_splits(gather(train_projects), gather(eval_projects))
+    train, train_val = validated(splits.train, validate, cfg, store, dataset_hash(splits.train), workers, progress)
+    eval_, eval_val = validated(splits.eval, validate, cfg, store, dataset_hash(splits.eval), workers, progress)
+    config = {"data": cfg.data.model_dump(mode="json"), "synth": opts.to_dict(),
+              "projects": {"train": [p.key for p in train_projects], "eval": [p.key for p in eval_projects]},
+              "validation": validate}
+    train_ref = save_dataset(store, cfg.data.train_dataset, train, config)
+    eval_ref = save_dataset(store, cfg.data.eval_dataset, eval_, config)
+    stats = {
+        "projects": {k: r.stats for k, r in sorted(results.items())},
+        "errors": errors,
+        "cache_hits": sorted(hits),
+        "splits": splits.counts(),
+        "validation": {"train": train_val, "eval": eval_val},
+        "train": counts(train),
+        "eval": counts(eval_),
+        "reasons": dict(sum((Counter(r.stats.get("reasons", {})) for r in results.values()), Counter())),
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+    progress(f"curation: {len(train)} train tasks ({train_ref.hash}), {len(eval_)} eval tasks "
+             f"({eval_ref.hash}) in {stats['seconds']} s")
+    return train_ref, eval_ref, stats

@@ -1,0 +1,135 @@
+"""Datasets as content-addressed artifacts: `{store}/datasets/{name}/{hash}/tasks.jsonl` + `manifest.json`.
+
+The hash is over the canonical JSONL (tasks sorted by id, keys sorted), so the same tasks always
+get the same address and an eval set named by its hash cannot drift: loading re-hashes the file
+and refuses a mismatch. The manifest is written last and is what makes a dataset visible, so a
+reader never sees half of one. MLflow logging is the caller's job (tasks/): `DatasetRef` carries
+what it needs (name, hash, uri, counts).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from environments.records import TaskInstance, TaskFormatError
+from swerl.store import Store, content_hash
+
+HASH_LEN = 16
+
+
+class DatasetError(RuntimeError):
+    """A dataset that does not exist or does not match its hash."""
+
+
+@dataclass
+class DatasetRef:
+    name: str
+    hash: str
+    uri: str  # the dataset's directory in the store
+    counts: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def canonical_jsonl(tasks: list[TaskInstance]) -> bytes:
+    lines = [json.dumps(t.to_dict(), sort_keys=True, ensure_ascii=False)
+             for t in sorted(tasks, key=lambda t: t.instance_id)]
+    return ("\n".join(lines) + "\n").encode() if lines else b""
+
+
+def dataset_hash(tasks: list[TaskInstance]) -> str:
+    return content_hash(canonical_jsonl(tasks))[:HASH_LEN]
+
+
+def counts(tasks: list[TaskInstance]) -> dict[str, Any]:
+    """What a manifest (and a tracking run) says about a set of tasks."""
+    def by(fn) -> dict[str, int]:
+        return dict(sorted(Counter(fn(t) for t in tasks).items()))
+
+    return {
+        "total": len(tasks),
+        "by_source": by(lambda t: t.source or "unknown"),
+        "by_project": by(lambda t: t.project),
+        "by_modifier": by(lambda t: t.meta.get("modifier", "none")),
+        "by_split": by(lambda t: t.split),
+        "by_hint_level": by(lambda t: str(t.meta.get("hint_level", ""))),
+    }
+
+
+def _prefix(name: str, digest: str = "") -> str:
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"bad dataset name {name!r}")
+    return f"datasets/{name}/{digest}" if digest else f"datasets/{name}"
+
+
+def save_dataset(store: Store, name: str, tasks: list[TaskInstance], config: dict[str, Any]) -> DatasetRef:
+    """Write tasks + manifest under their content hash; an existing identical dataset is reused."""
+    data = canonical_jsonl(tasks)
+    digest = content_hash(data)[:HASH_LEN]
+    prefix = _prefix(name, digest)
+    ref = DatasetRef(name, digest, store.url(prefix), counts(tasks))
+    if store.exists(f"{prefix}/manifest.json"):
+        return ref
+    store.put_bytes(f"{prefix}/tasks.jsonl", data)
+    store.put_json(f"{prefix}/manifest.json", {
+        "name": name,
+        "hash": digest,
+        "sha256": content_hash(data),
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+        "counts": ref.counts,
+        "config": config,
+        "files": ["tasks.jsonl"],
+    })
+    return ref
+
+
+def _manifest(store: Store, name: str, digest: str) -> dict[str, Any]:
+    try:
+        return store.get_json(f"{_prefix(name, digest)}/manifest.json")
+    except FileNotFoundError:
+        raise DatasetError(f"no dataset {name}@{digest} in {store.uri}") from None
+
+
+def list_datasets(store: Store, name: str | None = None) -> list[DatasetRef]:
+    """Every complete dataset (one with a manifest), oldest first."""
+    refs = []
+    for key in store.ls(_prefix(name) if name else "datasets"):
+        parts = key.split("/")
+        if len(parts) == 4 and parts[3] == "manifest.json":
+            m = store.get_json(key)
+            refs.append((m.get("created_at", ""), DatasetRef(parts[1], parts[2], store.url("/".join(parts[:3])),
+                                                             m.get("counts", {}))))
+    return [r for _, r in sorted(refs, key=lambda x: (x[0], x[1].name, x[1].hash))]
+
+
+def latest_hash(store: Store, name: str) -> str:
+    refs = list_datasets(store, name)
+    if not refs:
+        raise DatasetError(f"no dataset named {name!r} in {store.uri}")
+    return refs[-1].hash
+
+
+def load_dataset(store: Store, name: str, hash: str | None = None) -> list[TaskInstance]:
+    """The tasks of `name` at `hash` (the newest when None), checked against the hash."""
+    digest = hash or latest_hash(store, name)
+    manifest = _manifest(store, name, digest)
+    data = store.get_bytes(f"{_prefix(name, digest)}/tasks.jsonl")
+    if content_hash(data) != manifest.get("sha256") or content_hash(data)[:HASH_LEN] != digest:
+        raise DatasetError(f"dataset {name}@{digest}: tasks.jsonl does not match its hash")
+    tasks = []
+    for lineno, line in enumerate(data.decode().splitlines(), 1):
+        if line.strip():
+            try:
+                tasks.append(TaskInstance.from_dict(json.loads(line)))
+            except (json.JSONDecodeError, TaskFormatError, TypeError) as e:
+                raise DatasetError(f"dataset {name}@{digest}: line {lineno}: {e}") from e
+    return tasks
+
+
+def dataset_manifest(store: Store, name: str, hash: str | None = None) -> dict[str, Any]:
+    return _manifest(store, name, hash or latest_hash(store, name))

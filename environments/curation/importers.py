@@ -1,0 +1,213 @@
+"""Importers for SWE-bench (full, Lite, Verified), SWE-rebench and SWE-Gym.
+
+Records come from a JSONL, JSON or Parquet file, or from a Hugging Face dataset name through
+`datasets` (optional: imported only on that path). Every good record becomes a TaskInstance with
+an environment recipe in `meta["env_spec"]` (what `environments.images` builds), bad records are
+reported by line/record and field while the rest load (`records.load_tasks` does that for JSONL).
+
+Where the environment recipe comes from, in order:
+1. the record's own `install_config` (SWE-rebench ships one per task);
+2. the `swebench` package's install specs for SWE-bench repositories and versions
+   (`MAP_REPO_VERSION_TO_SPECS`, shipped by swebench 4.x);
+3. a generic recipe (`pip install -e .`, `pytest -rA`), flagged `meta["env_recipe"]["generic"]`.
+The repository comes from GitHub, or from a local mirror directory of bare repositories named
+`owner__name.git` (`repo_mirror`), for machines that cannot reach GitHub.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any, Iterator
+
+from environments.images import EnvSpec
+from environments.records import LoadReport, TaskFormatError, TaskInstance, load_tasks
+
+SOURCES = ("swe-bench", "swe-bench-lite", "swe-bench-verified", "swe-rebench", "swe-gym")
+HF_NAMES = {
+    "swe-bench": "princeton-nlp/SWE-bench",
+    "swe-bench-lite": "princeton-nlp/SWE-bench_Lite",
+    "swe-bench-verified": "princeton-nlp/SWE-bench_Verified",
+    "swe-rebench": "nebius/SWE-rebench",
+    "swe-gym": "SWE-Gym/SWE-Gym",
+}
+DEFAULT_SPLIT = {"swe-bench": "eval", "swe-bench-lite": "eval", "swe-bench-verified": "eval",
+                 "swe-rebench": "train", "swe-gym": "train"}
+# Debian release whose python3 is closest to a requested Python (the base images are Debian's).
+_DEBIAN_FOR_PYTHON = (((3, 9), "bullseye"), ((3, 11), "bookworm"), ((3, 13), "trixie"))
+
+
+class ImportSourceError(ValueError):
+    """An input that cannot be read at all (missing file, unknown format, no `datasets`)."""
+
+
+# ---------------------------------------------------------------------------- reading records
+
+
+def _records_from_file(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, record) for JSON and Parquet files; JSONL goes through records.load_tasks."""
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        data = json.loads(path.read_text())
+        items = data if isinstance(data, list) else list(data.values()) if isinstance(data, dict) else None
+        if items is None:
+            raise ImportSourceError(f"{path}: expected a JSON list or object of records")
+        for i, rec in enumerate(items, 1):
+            yield f"{path}:record {i}", rec
+    elif suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise ImportSourceError("reading Parquet needs pyarrow (pip install pyarrow)") from None
+        for i, rec in enumerate(pq.read_table(path).to_pylist(), 1):
+            yield f"{path}:row {i}", rec
+    else:
+        raise ImportSourceError(f"{path}: unknown format (use .jsonl, .json or .parquet)")
+
+
+def _records_from_hub(name: str, split: str, data_files: str | list[str] | None = None) -> Iterator[tuple[str, Any]]:
+    """Records of a Hugging Face dataset (or of local files through a `datasets` builder such
+    as "json", which is how this path is tested without a network)."""
+    try:
+        import datasets
+    except ImportError:
+        raise ImportSourceError(f"loading {name!r} from the Hugging Face hub needs `datasets` "
+                           "(pip install datasets); or pass a .jsonl/.json/.parquet file") from None
+    ds = datasets.load_dataset(name, data_files=data_files, split="train" if data_files else split)
+    for i, rec in enumerate(ds, 1):
+        yield f"{name}[{split}]:row {i}", dict(rec)
+
+
+def _to_tasks(records: Iterator[tuple[str, Any]]) -> LoadReport:
+    tasks, errors = [], []
+    for where, rec in records:
+        try:
+            tasks.append(TaskInstance.from_dict(rec))
+        except (TaskFormatError, TypeError) as e:
+            errors.append(f"{where}: {e}")
+    return LoadReport(tasks, errors)
+
+
+def read_tasks(path_or_name: str, hf_split: str = "test", data_files: str | list[str] | None = None) -> LoadReport:
+    """Raw TaskInstances (no recipe yet) from a file, a hub dataset name (a SOURCES short name
+    or "owner/name"), or a `datasets` builder with `data_files` (e.g. "json")."""
+    if data_files is not None:
+        return _to_tasks(_records_from_hub(path_or_name, hf_split, data_files))
+    path = Path(path_or_name)
+    if path.exists():
+        if path.suffix.lower() == ".jsonl":
+            return load_tasks(path)
+        return _to_tasks(_records_from_file(path))
+    if path.suffix.lower() in (".jsonl", ".json", ".parquet"):
+        raise ImportSourceError(f"{path}: no such file")
+    name = HF_NAMES.get(path_or_name, path_or_name)
+    return _to_tasks(_records_from_hub(name, hf_split))
+
+
+# ---------------------------------------------------------------------------- recipes
+
+
+def debian_release(python: str | None) -> str:
+    """The Debian release whose python3 is nearest to `python` ("3.9" -> bullseye); on a tie the
+    newer one, since code that needs 3.10 features runs on 3.11 but not on 3.9."""
+    try:
+        want = tuple(int(x) for x in str(python).split(".")[:2])
+    except ValueError:
+        return "bookworm"
+    return min(_DEBIAN_FOR_PYTHON, key=lambda kv: (abs((kv[0][0] - want[0]) * 100 + kv[0][1] - want[1]), -kv[0][1]))[1]
+
+
+def swebench_specs(repo: str, version: str) -> dict[str, Any] | None:
+    """SWE-bench's install spec for a repo at a version, or None when it has none."""
+    from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
+
+    return MAP_REPO_VERSION_TO_SPECS.get(repo, {}).get(version)
+
+
+def test_directives(task: TaskInstance) -> list[str]:
+    """Test files the test patch touches: SWE-bench's own rule, so we run what its harness runs."""
+    from swebench.harness.test_spec.python import get_test_directives
+
+    return get_test_directives({"repo": task.repo, "test_patch": task.test_patch})
+
+
+def _pip_list(value: Any) -> list[str]:
+    if not value:
+        return []
+    if isinstance(value, str):
+        return shlex.split(value)
+    return [str(v) for v in value]
+
+
+def recipe(task: TaskInstance, repo_mirror: str | None = None) -> tuple[EnvSpec, dict[str, Any], str, str]:
+    """(EnvSpec, recipe notes, test_cmd, log_parser) for an upstream task."""
+    upstream = task.meta.get("upstream", {})
+    spec = upstream.get("install_config") if isinstance(upstream.get("install_config"), dict) else None
+    origin = "install_config" if spec else ""
+    if spec is None:
+        spec = swebench_specs(task.repo, task.version)
+        origin = "swebench" if spec else "generic"
+    spec = dict(spec or {"install": "pip install -e .", "test_cmd": "pytest -rA"})
+    pip = _pip_list(spec.get("pip_packages"))
+    packages = spec.get("packages", "")
+    notes: dict[str, Any] = {"origin": origin, "python": spec.get("python", ""), "generic": origin == "generic"}
+    if isinstance(packages, str) and packages and packages not in ("requirements.txt", "environment.yml"):
+        pip += shlex.split(packages)  # conda package names; most have the same name on PyPI
+    elif packages:
+        notes["packages"] = packages  # installed from the repository's own file by `install`
+    install_steps = [*(spec.get("pre_install") or []), spec.get("install") or "pip install -e ."]
+    if packages == "requirements.txt":
+        install_steps.insert(0, "if [ -f requirements.txt ]; then pip install -r requirements.txt; fi")
+    test_cmd = spec.get("test_cmd") or "pytest -rA"
+    if isinstance(test_cmd, list):
+        test_cmd = " && ".join(test_cmd)
+    directives = test_directives(task)
+    full_cmd = f"{test_cmd} {' '.join(shlex.quote(d) for d in directives)}".strip()
+    source = f"mirror:{repo_mirror}" if repo_mirror else f"https://github.com/{task.repo}.git"
+    env_spec = EnvSpec(
+        name=task.repo.replace("/", "__"),
+        version=task.environment_setup_commit or task.base_commit,
+        source=source,
+        repo=task.repo,
+        python=debian_release(spec.get("python")),
+        pip=pip,
+        install=" && ".join(install_steps),
+        env={k: str(v) for k, v in (spec.get("env_vars") or {}).items()},
+    )
+    from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
+
+    parser = "swebench" if task.repo in MAP_REPO_TO_PARSER and origin != "generic" else "pytest"
+    return env_spec, notes, full_cmd, parser
+
+
+def import_tasks(path_or_name: str, source: str, repo_mirror: str | None = None,
+                 split: str | None = None, hf_split: str = "test",
+                 data_files: str | list[str] | None = None) -> LoadReport:
+    """Load SWE-bench-style tasks and attach an environment recipe to each.
+
+    `source` names the collection (one of SOURCES); `split` defaults to eval for the SWE-bench
+    test sets and train for SWE-Gym / SWE-rebench. A task whose recipe cannot be made is
+    reported, the others load.
+    """
+    if source not in SOURCES:
+        raise ValueError(f"unknown source {source!r} (known: {', '.join(SOURCES)})")
+    if repo_mirror and not Path(repo_mirror).is_dir():
+        raise ImportSourceError(f"repo mirror {repo_mirror} is not a directory")
+    raw = read_tasks(path_or_name, hf_split, data_files)
+    tasks, errors = [], list(raw.errors)
+    for t in raw.tasks:
+        try:
+            spec, notes, test_cmd, parser = recipe(t, repo_mirror)
+        except (ValueError, TypeError, KeyError) as e:
+            errors.append(f"{t.instance_id}: no environment recipe ({type(e).__name__}: {e})")
+            continue
+        if repo_mirror and not (Path(repo_mirror) / f"{t.repo.replace('/', '__')}.git").is_dir():
+            errors.append(f"{t.instance_id}: repo {t.repo} is not in the mirror {repo_mirror}")
+            continue
+        t.source = source
+        t.split = split or DEFAULT_SPLIT[source]
+        t.test_cmd, t.log_parser = test_cmd, parser
+        t.meta = {**t.meta, "project": t.repo, "env_spec": spec.to_dict(), "env_recipe": notes}
+        tasks.append(t)
+    return LoadReport(tasks, errors)

@@ -1,0 +1,82 @@
+"""A pytest plugin copied into the synthesis container (loaded with `-p swerl_trace`).
+
+Two jobs, each switched on by its environment variable:
+
+- `SWERL_TRACE_OUT`: per test node id, its duration and the (file, first line) of every code
+  object under the project root that was *called* (a profile hook sees calls only, far cheaper than line
+  tracing). Calls made outside any test (imports, collection, module-level set-up) are recorded
+  under "<import>" / "<between>": mutating such functions changes what every test sees, so
+  synthesis leaves them alone.
+- `SWERL_PARAMS_OUT`: for each failing parametrised test, `repr()` of its parameters, so a
+  problem statement can turn `assert f(x) == y` into a runnable reproduction.
+
+Standard library and pytest only: it runs inside the project's own Python.
+"""
+
+import json
+import os
+import sys
+import threading
+
+import pytest
+
+_ROOT = os.environ.get("SWERL_TRACE_ROOT", "/testbed").rstrip("/") + "/"
+_TRACE_OUT = os.environ.get("SWERL_TRACE_OUT")
+_PARAMS_OUT = os.environ.get("SWERL_PARAMS_OUT")
+_calls = {}
+_durations = {}  # node id -> seconds in setup + call + teardown
+_params = {}
+_current = ["<import>"]
+_keys = {}  # code object -> (relative path, first line), or None for code outside the root
+
+
+def _profile(frame, event, arg):
+    if event != "call":
+        return
+    code = frame.f_code
+    key = _keys.get(code, 0)
+    if key == 0:
+        name = code.co_filename
+        key = (name[len(_ROOT):], code.co_firstlineno) if name.startswith(_ROOT) else None
+        _keys[code] = key
+    if key is not None:
+        bucket = _calls.get(_current[0])
+        if bucket is None:
+            bucket = _calls[_current[0]] = set()
+        bucket.add(key)
+
+
+if _TRACE_OUT:
+    sys.setprofile(_profile)
+    threading.setprofile(_profile)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _current[0] = item.nodeid
+    yield
+    _current[0] = "<between>"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    _durations[item.nodeid] = _durations.get(item.nodeid, 0.0) + report.duration
+    if _PARAMS_OUT and report.failed and hasattr(item, "callspec"):
+        try:
+            _params[item.nodeid] = {k: repr(v)[:300] for k, v in item.callspec.params.items()}
+        except Exception:  # a repr that raises must not break the run
+            pass
+
+
+def pytest_unconfigure(config):
+    if _TRACE_OUT:
+        sys.setprofile(None)
+        threading.setprofile(None)
+        with open(_TRACE_OUT, "w") as fh:
+            json.dump({"calls": {test: sorted(keys) for test, keys in _calls.items()},
+                       "durations": _durations}, fh)
+    if _PARAMS_OUT:
+        with open(_PARAMS_OUT, "w") as fh:
+            json.dump(_params, fh)

@@ -1,0 +1,130 @@
+"""Real containers, real PyPI projects: synthesis end to end, and a SWE-bench-format task from a
+local bare mirror. Image builds need PyPI (cached by content-hash tags afterwards)."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from environments.curation.curate import curate_synth
+from environments.curation.dataset import load_dataset
+from environments.curation.importers import import_tasks
+from environments.curation.projects import by_key
+from environments.curation.synth import SynthOptions, synth_project
+from environments.curation.validate import validate_tasks
+from environments.grading import grade
+from environments.images import base_for, build_env_image, ensure_images, fetch_sdist, unpack_sdist
+from environments.sandbox import session_id
+from swerl.config import EnvironmentConfig, load_config
+from swerl.store import Store
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ENV = EnvironmentConfig(test_timeout_s=300)
+
+
+def own_containers() -> list[str]:
+    out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=swerl.session={session_id()}"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+@pytest.fixture(scope="module")
+def inflection_env() -> str:
+    project = by_key()["inflection==0.5.1"]
+    spec = project.env_spec()
+    return build_env_image(spec, base_for(spec), progress=lambda s: None)
+
+
+def test_synthesised_tasks_are_valid_on_their_instance_images(inflection_env):
+    project = by_key()["inflection==0.5.1"]
+    opts = SynthOptions(max_tasks=2, determinism_runs=2, seed=1)
+    result = synth_project(project, inflection_env, ENV, opts, progress=lambda s: None)
+    assert 1 <= len(result.tasks) <= 2, result.stats
+    assert result.stats["baseline_tests"] > 400 and result.stats["tried"] >= len(result.tasks)
+    for t in result.tasks:
+        assert t.FAIL_TO_PASS and not set(t.FAIL_TO_PASS) & set(t.PASS_TO_PASS)
+        assert len(t.FAIL_TO_PASS) + len(t.PASS_TO_PASS) == result.stats["baseline_tests"]
+        assert t.patch.startswith("diff --git a/inflection/__init__.py b/inflection/__init__.py")
+        assert t.meta["bug_patch"].startswith("diff --git a/") and t.meta["bug_patch"] != t.patch
+        assert t.problem_statement == t.meta["statements"]["1"] and len(t.base_commit) == 40
+        removed = [line[1:].strip() for line in t.meta["bug_patch"].splitlines()
+                   if line.startswith("+") and not line.startswith("+++")]
+        for text in t.meta["statements"].values():  # the buggy line is never quoted
+            assert not any(line and line in text for line in removed)
+    report = validate_tasks(result.tasks, ENV, workers=1, progress=lambda s: None)
+    assert report.summary()["ok"] == len(result.tasks), report.to_dict()
+    assert own_containers() == []
+
+
+def test_curate_synth_is_cached(tmp_path, inflection_env):
+    cfg = load_config("smoke", ["data.max_tasks_per_project=1", "data.determinism_runs=1"])
+    projects = ([by_key()["inflection==0.5.1"]], [])
+    store = Store(f"file://{tmp_path}/store")
+    train, eval_, stats = curate_synth(cfg, store, progress=lambda s: None, workers=1, validate="none",
+                                       projects=projects)
+    assert stats["errors"] == {} and train.counts["total"] == 1 and eval_.counts["total"] == 0
+    again_train, _, again = curate_synth(cfg, store, progress=lambda s: None, workers=1, validate="none",
+                                         projects=projects)
+    assert again["cache_hits"] == ["inflection==0.5.1"] and again_train.hash == train.hash
+    assert again["seconds"] < 60
+    (loaded,) = load_dataset(store, cfg.data.train_dataset)
+    assert loaded.meta["project"] == "inflection" and loaded.split == "train"
+    assert own_containers() == []
+
+
+BUGGY = "    if number in (11, 12, 13):\n"
+FIXED = "    if number % 100 in (11, 12, 13):\n"
+NEW_TEST = '''
+
+def test_ordinal_hundreds():
+    assert inflection.ordinalize(111) == "111th"
+    assert inflection.ordinal(1012) == "th"
+'''
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          check=True, capture_output=True, text=True).stdout
+
+
+def test_swebench_format_task_from_a_local_bare_mirror(tmp_path):
+    # a real project in two commits: the bug, then the fix with its test
+    repo = tmp_path / "work"
+    unpack_sdist(fetch_sdist("inflection", "0.5.1", progress=lambda s: None), repo)
+    src = repo / "inflection" / "__init__.py"
+    assert FIXED in src.read_text()
+    src.write_text(src.read_text().replace(FIXED, BUGGY))
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    src.write_text(src.read_text().replace(BUGGY, FIXED))
+    tests = repo / "test_inflection.py"
+    tests.write_text(tests.read_text() + NEW_TEST)
+    git(repo, "commit", "-qam", "fix ordinal for 111..113")
+    patch = git(repo, "diff", base, "HEAD", "--", "inflection/__init__.py")
+    test_patch = git(repo, "diff", base, "HEAD", "--", "test_inflection.py")
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(mirror / "jpvanhal__inflection.git")], check=True)
+    shutil.rmtree(repo)
+
+    record = {"instance_id": "jpvanhal__inflection-1", "repo": "jpvanhal/inflection", "base_commit": base,
+              "patch": patch, "test_patch": test_patch, "problem_statement": "ordinalize(111) is 111st",
+              "version": "0.5", "environment_setup_commit": base, "created_at": "2020-01-01",
+              "FAIL_TO_PASS": json.dumps(["test_inflection.py::test_ordinal_hundreds"]),
+              "PASS_TO_PASS": json.dumps(["test_inflection.py::test_camelize_with_lower_downcases_the_first_letter"])}
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps(record) + "\n{broken\n")
+    report = import_tasks(str(path), "swe-bench", repo_mirror=str(mirror))
+    assert len(report.tasks) == 1 and len(report.errors) == 1 and ":2:" in report.errors[0]
+    (task,) = report.tasks
+    image = ensure_images([task], progress=lambda s: None)[task.instance_id]
+    gold = grade(task, task.patch, ENV, image)
+    assert gold.status == "resolved", (gold.error_reason, gold.log[-2000:])
+    empty = grade(task, "", ENV, image)
+    assert empty.status == "unresolved" and empty.tests_status["FAIL_TO_PASS"]["failure"] == task.FAIL_TO_PASS
+    assert own_containers() == []

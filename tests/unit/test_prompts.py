@@ -1,0 +1,159 @@
+"""Prompt styles, the short demonstration, SWEEnv's source view and its verdict cache."""
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from dir_sandbox import DirSandbox
+from environments import prompts
+from environments.records import GradeResult, TaskInstance
+from environments.swe_env import SWEEnv, VerdictCache, locate, named_function
+from swerl.config import EnvironmentConfig
+
+pytestmark = pytest.mark.unit
+
+UTIL = '''import functools
+
+
+def helper(x):
+    return x
+
+
+class Box:
+    """A box."""
+
+    @functools.cache
+    def size(self, a, b):
+        """Area."""
+        return a * a
+
+    def outer(self):
+        def inner():
+            return 1
+        return inner
+'''
+NAMED = ("Box().size(2, 3) is 4, expected 6.\n\nThe problem seems to be in `Box.size` in `pkg/util.py`.")
+
+
+def task(statement: str = NAMED, function: str = "Box.size", path: str = "pkg/util.py") -> TaskInstance:
+    return TaskInstance(instance_id="t-1", repo="acme/util", base_commit="HEAD", problem_statement=statement,
+                        patch="", test_patch="", FAIL_TO_PASS=["t::a"], PASS_TO_PASS=[], image="unused",
+                        meta={"mutations": [{"path": path, "function": function, "line": 14}]})
+
+
+def env_for(tmp_path: Path, t: TaskInstance, files: dict[str, str], style: str = "short",
+            show_source: bool = True) -> SWEEnv:
+    cfg = EnvironmentConfig(sandbox="local", window=10)
+    return SWEEnv(t, cfg, "tools+file", sandbox_factory=lambda image, c: DirSandbox(tmp_path / "repo", files),
+                  prompt_style=style, show_source=show_source)
+
+
+# --- styles -------------------------------------------------------------------------------------
+
+def test_short_style_is_a_fraction_of_the_full_one_and_asks_for_one_python_block():
+    full = prompts.system_prompt("tools+file", 100)
+    short = prompts.system_prompt("tools+file", 100, style="short")
+    assert len(short) * 3 < len(full)
+    assert "```python" in short and "submit" in short
+    assert "```python" not in prompts.system_prompt("tools", 100, style="short")
+    t = task()
+    assert prompts.instance_prompt(t, "short", "VIEW", "Box.size").endswith(
+        "Write the corrected `size` in one ```python block.")
+    assert "then submit" in prompts.instance_prompt(t) and "VIEW" not in prompts.instance_prompt(t)
+
+
+@pytest.mark.parametrize("show_source", [False, True])
+def test_short_demo_observations_are_what_the_environment_prints(tmp_path, show_source):
+    demo_task = prompts.DEMO_TASK_NAMED if show_source else prompts.DEMO_TASK
+    env = env_for(tmp_path, demo_task, {prompts.DEMO_FILE: prompts.DEMO_SOURCE}, show_source=show_source)
+    demo = prompts.one_shot_demo("tools+file", "short", show_source)
+    first = env.reset()
+    wd = env.sandbox.workdir
+    assert demo[0]["content"] == prompts.DEMO_PREFIX + first.replace(wd, "/testbed")
+    assert ("return width * width" in first) == show_source
+    for i in range(1, len(demo), 2):
+        res = env.step(demo[i]["content"])
+        assert not res.format_error
+        if i + 1 < len(demo):
+            assert res.observation.replace(wd, "/testbed") == demo[i + 1]["content"]
+    assert res.done and "return width * height" in env.patch
+    env.close()
+
+
+# --- the source view --------------------------------------------------------------------------
+
+def test_the_named_method_is_shown_dedented_and_becomes_the_target_of_a_python_block(tmp_path):
+    env = env_for(tmp_path, task(), {"pkg/util.py": UTIL})
+    obs = env.reset()
+    assert ("`Box.size` in pkg/util.py, lines 11-14 (docstring not shown):\n```python\n@functools.cache\n"
+            "def size(self, a, b):\n    return a * a\n```") in obs
+    assert "return x" not in obs and "Area." not in obs  # the named function's code only
+    assert obs.endswith("current file: " + env.sandbox.workdir + "/pkg/util.py)")
+    res = env.step("```python\ndef size(self, a, b):\n    return a * b\n```")
+    assert "replaced method Box.size" in res.observation
+    assert "-        return a * a\n+        return a * b" in env.diff()
+    env.close()
+
+
+def test_nothing_is_shown_unless_the_issue_names_the_function_and_file(tmp_path):
+    vague = task("Box().size(2, 3) is 4, expected 6.")
+    assert named_function(vague) is None
+    assert named_function(task()) == ("pkg/util.py", "Box.size")
+    env = env_for(tmp_path, vague, {"pkg/util.py": UTIL})
+    assert "def size" not in env.reset() and env.ws.file is None
+    env.close()
+    env = env_for(tmp_path, task(), {"pkg/util.py": UTIL}, show_source=False)
+    assert "def size" not in env.reset()
+    env.close()
+
+
+def test_a_docstring_is_hidden_unless_it_is_the_whole_body():
+    from environments.swe_env import without_docstring
+
+    assert without_docstring('def f():\n    """Doc\n    more."""\n    return 1') == ("def f():\n    return 1", True)
+    assert without_docstring('def f():\n    """Only doc."""') == ('def f():\n    """Only doc."""', False)
+    assert without_docstring("def f(:") == ("def f(:", False)
+
+
+def test_locate_finds_methods_decorators_and_encloses_nested_functions():
+    assert locate(UTIL, "helper") == (4, 5, 0)
+    assert locate(UTIL, "Box.size") == (11, 14, 4)
+    assert locate(UTIL, "Box.outer.<locals>.inner") == (16, 19, 4)
+    assert locate(UTIL, "missing") is None
+    assert locate("def broken(:\n", "broken") is None
+
+
+# --- verdicts -----------------------------------------------------------------------------------
+
+def test_a_patch_is_graded_once_and_errors_are_graded_again(tmp_path, monkeypatch):
+    calls = []
+    verdicts = iter(["error", "unresolved", "resolved"])
+
+    def fake_grade(t, patch, cfg):
+        calls.append(patch)
+        status = next(verdicts)
+        return GradeResult(t.instance_id, status, status == "resolved", True,
+                           tests_status={"FAIL_TO_PASS": {"success": [], "failure": ["t::a"]}})
+
+    monkeypatch.setitem(sys.modules, "environments.grading", types.SimpleNamespace(grade=fake_grade))
+    monkeypatch.setattr("environments.swe_env._VERDICTS", VerdictCache())
+    env = env_for(tmp_path, task(), {"pkg/util.py": UTIL})
+    env.reset()
+    assert env.grade("P").status == "error"
+    first = env.grade("P")
+    assert first.status == "unresolved"
+    first.tests_status["FAIL_TO_PASS"]["failure"].clear()  # a caller's edit must not reach the cache
+    again = env.grade("P")
+    assert again.status == "unresolved" and again.tests_status["FAIL_TO_PASS"]["failure"] == ["t::a"]
+    assert env.grade("Q").status == "resolved"
+    assert calls == ["P", "P", "Q"]
+    env.close()
+
+
+def test_the_cache_is_bounded():
+    cache = VerdictCache(size=2)
+    for k in "abc":
+        cache.put(k, GradeResult("t", "unresolved", False, True))
+    assert cache.get("a") is None and cache.get("c") is not None
