@@ -119,7 +119,13 @@ def rollouts(ctx: RunContext, stage: str, iteration: int, tasks: list[TaskInstan
     from training.dapo import reward
     from training.inference.base import SamplingParams
 
+    from environments.sandbox import cleanup_leaked
+
     cfg = ctx.cfg
+    if cfg.environment.sandbox == "docker":
+        removed = cleanup_leaked()  # sandboxes of processes that died (a killed earlier attempt)
+        if removed:
+            log.warning("removed %d sandboxes left by dead processes", len(removed))
     backend = backend_for(ctx, policy)
     spec = RolloutSpec(
         limits=AgentLimits(max_turns=max_turns, max_context_tokens=max_context,

@@ -14,8 +14,10 @@ __all__ = ["Completion", "InferenceBackend", "SamplingParams", "make_backend"]
 
 def make_backend(rollout: RolloutConfig) -> InferenceBackend:
     if rollout.backend == "hf":
-        from training.inference.hf import HFBackend
-        return HFBackend(rollout.model, dtype=rollout.dtype, seed=rollout.seed, threads=rollout.infer_threads)
+        # multi-turn episodes re-send their whole context each turn: reuse the earlier turns' KV
+        from training.prefix_cache import PrefixCachingHFBackend
+        return PrefixCachingHFBackend(rollout.model, dtype=rollout.dtype, seed=rollout.seed,
+                                      threads=rollout.infer_threads)
     if rollout.backend == "openai":
         if not rollout.server_url:
             raise ValueError("rollout.backend=openai needs rollout.server_url (e.g. http://127.0.0.1:8000)")
