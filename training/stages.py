@@ -48,6 +48,7 @@ class RunContext:
     on_metrics: MetricsFn = lambda stage, metrics, step: None
     progress: bool = True
     _backend: Any = field(default=None, repr=False)
+    _backend_path: str | None = field(default=None, repr=False)
 
     def key(self, *parts: object) -> str:
         return "/".join(["runs", self.run_id, *map(str, parts)])
@@ -104,8 +105,9 @@ def backend_for(ctx: RunContext, policy: str) -> Any:
     path = model_dir(ctx, policy)
     if ctx._backend is None:
         ctx._backend = make_backend(ctx.cfg.rollout.model_copy(update={"model": path}))
-    elif getattr(ctx._backend, "model_path", None) != path:
+    elif ctx._backend_path != path:
         ctx._backend.load_weights(path)
+    ctx._backend_path = path
     ctx._backend.policy_version = policy
     return ctx._backend
 
