@@ -223,10 +223,6 @@ def _set(csv: str | None) -> set[str] | None:
 # ---------------------------------------------------------------- quick
 def quick(args: argparse.Namespace) -> dict:
     """Sample the first turn only and check it offline against the gold fix (see module doc)."""
-    import ast
-
-    from environments.actions import parse_action
-    from environments.rewrite import MergeError, merge_code
     from environments.swe_env import SWEEnv, named_function
     from training.agent import build_messages
     from training.chat import ChatFormat
@@ -254,6 +250,8 @@ def quick(args: argparse.Namespace) -> dict:
                 raise RuntimeError(f"{task.instance_id}: gold patch does not apply: {res.output[:300]}")
             gold = code_ast(env.sandbox.read_file(path))
         ids = chat.prompt_ids(build_messages(first, v.action_format, env_cfg.window, v.one_shot))
+        if args.prefix:  # the reply starts with these tokens, given, not sampled
+            ids = ids + backend.tokenizer.encode(args.prefix, add_special_tokens=False)
         cases += [(task, buggy, gold, ids, args.seed * 1000 + i) for i in range(args.samples)]
     sp = chat.sampling(SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens))
     outs = []
@@ -261,36 +259,61 @@ def quick(args: argparse.Namespace) -> dict:
         part = cases[s:s + 16]
         outs += backend.generate_rows([c[3] for c in part], sp, [c[4] for c in part])
     for (task, buggy, gold, ids, _), c in zip(cases, outs):
-        text = chat.decode(c.token_ids)
+        text = (args.prefix or "") + chat.decode(c.token_ids)
         gen_tokens += len(c.token_ids)
-        action = parse_action(text, v.action_format)
-        kind = getattr(action, "kind", "format_error")
-        fixed = False
-        if kind == "rewrite":
-            try:
-                fixed = code_ast(merge_code(buggy, action.text).text) == gold
-            except (MergeError, SyntaxError):
-                kind = "rewrite_refused"
-        rows.append({"task": task.instance_id, "kind": kind, "fixed": fixed, "tokens": len(c.token_ids),
-                     "text": text})
+        row = {"task": task.instance_id, "tokens": len(c.token_ids), "text": text}
+        # strict: the reply as the parser takes it; first_block: as if sampling stopped at the
+        # end of the first fenced block (what a stop string would do)
+        for name, reply in (("strict", text), ("first_block", first_block(text))):
+            row[name] = judge_reply(reply, buggy, gold, v.action_format)
+        rows.append(row)
     wall = time.monotonic() - t0
     n = max(len(rows), 1)
     result = {
-        "variant": args.variant, "temperature": args.temperature, "hint": args.hint, "tasks": len(tasks),
-        "samples": args.samples, "first_turn_fixed_rate": sum(r["fixed"] for r in rows) / n,
-        "tasks_fixed_at_least_once": len({r["task"] for r in rows if r["fixed"]}),
-        "rewrite_rate": sum(r["kind"] == "rewrite" for r in rows) / n,
-        "rewrite_refused_rate": sum(r["kind"] == "rewrite_refused" for r in rows) / n,
-        "format_error_rate": sum(r["kind"] == "format_error" for r in rows) / n,
+        "variant": args.variant, "prefix": args.prefix, "temperature": args.temperature, "hint": args.hint,
+        "tasks": len(tasks), "samples": args.samples,
+    }
+    for mode in ("strict", "first_block"):
+        kinds = [r[mode][0] for r in rows]
+        result[mode] = {
+            "fixed_rate": round(sum(r[mode][1] for r in rows) / n, 4),
+            "tasks_fixed_at_least_once": len({r["task"] for r in rows if r[mode][1]}),
+            **{f"{k}_rate": round(kinds.count(k) / n, 4) for k in ("rewrite", "rewrite_refused", "format_error")},
+        }
+    result.update({
         "prompt_tokens": _mean([len(c[3]) for c in cases]), "gen_tokens_per_sample": gen_tokens / n, "wall_s": round(wall, 1),
         "gen_tokens_per_s": round(gen_tokens / wall, 1), "load_avg_end": load_avg(),
-    }
+    })
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "quick.json").write_text(json.dumps(result, indent=1))
+    (out / "quick_tasks.json").write_text(json.dumps({c[0].instance_id: {"buggy": c[1], "gold": c[2]} for c in cases}))
     (out / "quick_samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     print(json.dumps(result, indent=1))
     return result
+
+
+def first_block(text: str) -> str:
+    """The reply cut after its first complete fenced block."""
+    from environments.actions import _FENCE
+
+    m = _FENCE.search(text)
+    return text[:m.end()] if m else text
+
+
+def judge_reply(reply: str, buggy: str, gold: str, action_format: str) -> tuple[str, bool]:
+    """(what the reply is, whether merging it into the buggy file gives the gold file's code)."""
+    from environments.actions import parse_action
+    from environments.rewrite import MergeError, merge_code
+
+    action = parse_action(reply, action_format)
+    kind = getattr(action, "kind", "format_error")
+    if kind != "rewrite":
+        return kind, False
+    try:
+        return kind, code_ast(merge_code(buggy, action.text).text) == gold
+    except (MergeError, SyntaxError):
+        return "rewrite_refused", False
 
 
 def code_ast(source: str) -> str:
@@ -396,6 +419,7 @@ def main() -> None:
     q.add_argument("--threads", type=int, default=None)
     q.add_argument("--model", default="default")
     q.add_argument("--out", required=True)
+    q.add_argument("--prefix", default="", help="text the reply starts with (given, not sampled)")
 
     r = sub.add_parser("rft")
     r.add_argument("--runs", required=True, help="comma-separated `measure` output dirs")
