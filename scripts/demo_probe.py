@@ -59,7 +59,8 @@ VARIANTS = {
 
 # ---------------------------------------------------------------- tasks
 def load_task_spec(spec: str, projects: set[str] | None, hint: int | None, limit_per_project: int | None,
-                   seed: int = 0, max_lines: int | None = None, exclude: set[str] | None = None) -> list[TaskInstance]:
+                   seed: int = 0, max_lines: int | None = None, exclude: set[str] | None = None,
+                   skip_modifiers: set[str] | None = None) -> list[TaskInstance]:
     """Tasks from a tasks.jsonl, or every curated project under a store directory
     (`curation/synth/*/*.json`); eval-split tasks are never returned."""
     path = Path(spec)
@@ -78,6 +79,8 @@ def load_task_spec(spec: str, projects: set[str] | None, hint: int | None, limit
         tasks = [t for t in tasks if t.project in projects]
     if exclude:
         tasks = [t for t in tasks if t.project not in exclude]
+    if skip_modifiers:
+        tasks = [t for t in tasks if not set(str(t.meta.get("modifier", "")).split("+")) & skip_modifiers]
     if hint is not None:
         tasks = [at_hint_level(t, hint) for t in tasks if str(hint) in (t.meta.get("statements") or {})]
     if max_lines:
@@ -146,6 +149,36 @@ def use_variant(v: Variant) -> None:
 _SYSTEM, _DEMO = prompts.system_prompt, prompts.one_shot_demo
 
 
+class StopAtBlock:
+    """A backend whose replies end where their first fenced block closes, as a stop string
+    would end them: the tokens after it are dropped with their logprobs, the rest is unchanged.
+    (It still pays for the dropped tokens; a real stop in the sampler would not.)"""
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def generate_rows(self, prompts_, sampling, seeds):
+        return [self.cut(c) for c in self.backend.generate_rows(prompts_, sampling, seeds)]
+
+    def generate(self, prompts_, sampling):
+        return [self.cut(c) for c in self.backend.generate(prompts_, sampling)]
+
+    def cut(self, c):
+        from environments.actions import _FENCE
+        from training.inference.base import Completion
+
+        decode = self.backend.tokenizer.decode
+        if _FENCE.search(decode(c.token_ids)) is None:
+            return c
+        for k in range(1, len(c.token_ids) + 1):  # the first prefix that holds a complete block
+            if _FENCE.search(decode(c.token_ids[:k])):
+                return c if k == len(c.token_ids) else Completion(c.token_ids[:k], c.logprobs[:k], "stop")
+        return c
+
+
 def load_avg() -> float:
     return round(os.getloadavg()[0], 1)
 
@@ -161,11 +194,13 @@ def measure(args: argparse.Namespace) -> dict:
     v = VARIANTS[args.variant]
     use_variant(v)
     tasks = with_images(load_task_spec(args.tasks, _set(args.projects), args.hint, args.per_project, args.seed,
-                               args.max_lines, _set(args.exclude)))
+                               args.max_lines, _set(args.exclude), _set(args.skip_modifiers)))
     if not tasks:
         raise SystemExit("no tasks selected")
     env_cfg = EnvironmentConfig(command_timeout_s=20, test_timeout_s=180)
     backend = HFBackend(args.model, seed=args.seed, threads=args.threads)
+    if args.stop_at_block:
+        backend = StopAtBlock(backend)
     spec = RolloutSpec(limits=AgentLimits(args.max_turns, args.max_context, args.max_new_tokens),
                        sampling=SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                                                seed=args.seed),
@@ -185,7 +220,7 @@ def measure(args: argparse.Namespace) -> dict:
     per_task = {t.instance_id: sum(x.status == "resolved" for x in trajs if x.task_id == t.instance_id)
                 for t in tasks}
     result = {
-        "variant": args.variant, **vars(v), "model": args.model, "hint": args.hint, "max_turns": args.max_turns,
+        "variant": args.variant, **vars(v), "model": args.model, "stop_at_block": args.stop_at_block, "hint": args.hint, "max_turns": args.max_turns,
         "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "samples": args.samples,
         "tasks": len(tasks), "projects": sorted({t.project for t in tasks}),
         "resolved": sum(per_task.values()), "episodes": len(trajs),
@@ -232,7 +267,7 @@ def quick(args: argparse.Namespace) -> dict:
     v = VARIANTS[args.variant]
     use_variant(v)
     tasks = [t for t in load_task_spec(args.tasks, _set(args.projects), args.hint, args.per_project, args.seed,
-                               args.max_lines, _set(args.exclude))
+                               args.max_lines, _set(args.exclude), _set(args.skip_modifiers))
              if named_function(t)]
     tasks = with_images(tasks)
     backend = HFBackend(args.model, seed=args.seed, threads=args.threads)
@@ -395,6 +430,7 @@ def main() -> None:
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--max-lines", type=int, help="only bugs in functions of at most this many code lines")
         p.add_argument("--exclude", help="comma-separated projects to leave out")
+        p.add_argument("--skip-modifiers", help="comma-separated bug kinds to leave out (e.g. drop_statement)")
 
     m = sub.add_parser("measure")
     task_args(m)
@@ -409,6 +445,7 @@ def main() -> None:
     m.add_argument("--model", default="default")
     m.add_argument("--out", required=True)
     m.add_argument("--quiet", action="store_true")
+    m.add_argument("--stop-at-block", action="store_true", help="end each reply where its first block closes")
 
     q = sub.add_parser("quick")
     task_args(q)
@@ -446,7 +483,7 @@ def main() -> None:
         rft(args)
     else:
         for task in load_task_spec(args.tasks, _set(args.projects), args.hint, args.per_project, args.seed,
-                               args.max_lines, _set(args.exclude)):
+                               args.max_lines, _set(args.exclude), _set(args.skip_modifiers)):
             print(task.instance_id, task.project, task.meta.get("modifier"), task.meta.get("functions"),
                   function_lines(task))
 
