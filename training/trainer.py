@@ -205,6 +205,12 @@ class Trainer:
     def unwrapped(self) -> nn.Module:
         return self.accelerator.unwrap_model(self.model)
 
+    def close(self) -> None:
+        """Tear the process group down on every rank together: a rank that exits while gloo's
+        threads still run aborts with "terminate called without an active exception"."""
+        self.accelerator.wait_for_everyone()
+        self.accelerator.end_training()
+
     def save(self, out_dir: str | Path, tokenizer: Any, info: dict[str, Any]) -> Path:
         """Gather the (possibly sharded) weights and write a checkpoint from the main process."""
         acc = self.accelerator

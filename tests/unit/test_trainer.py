@@ -220,6 +220,7 @@ w = sum(float(p.detach().double().sum()) for p in t.unwrapped().parameters())
 if t.accelerator.is_main_process:
     print(json.dumps({"n": t.accelerator.num_processes, "loss": [x["loss"] for x in m],
                       "grad_norm": [x["grad_norm"] for x in m], "tokens": m[0]["tokens"], "w": w}))
+t.close()
 '''
 
 
