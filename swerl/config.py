@@ -92,8 +92,12 @@ class RolloutConfig(Strict):
     observation_max_chars: int = Field(4000, ge=100)
     samples_per_task: int = Field(2, ge=1)
     concurrency: int = Field(4, ge=1)  # sandboxes at once
-    one_shot_demo: bool = False
+    one_shot_demo: bool = False  # every stage's prompts start with the worked example
     action_format: Literal["tools", "tools+file"] = "tools+file"
+    # "short": one instruction, no tool manual (what a 135M model can follow); "full": SWE-agent's
+    prompt_style: Literal["full", "short"] = "full"
+    # the first observation shows the function a hint-level-3 issue names, as if opened
+    show_source: bool = False
     sampling: Sampling = Field(default_factory=Sampling)
     seed: int = 0
 

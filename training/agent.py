@@ -123,24 +123,25 @@ class Episode:
         return None
 
 
-def build_messages(first_observation: str, action_format: str, window: int, one_shot: bool) -> list[dict[str, str]]:
+def build_messages(first_observation: str, action_format: str, window: int, one_shot: bool,
+                   style: str = "full", show_source: bool = False) -> list[dict[str, str]]:
     """System prompt with the tool docs, the optional worked example, then the task."""
     from environments import prompts
 
-    messages = [{"role": "system", "content": prompts.system_prompt(action_format, window)}]
+    messages = [{"role": "system", "content": prompts.system_prompt(action_format, window, style)}]
     if one_shot:
-        messages += prompts.one_shot_demo(action_format)
+        messages += prompts.one_shot_demo(action_format, style, show_source)
     messages.append({"role": "user", "content": first_observation})
     return messages
 
 
 def start_episode(task: TaskInstance, sample_index: int, env: Any, chat: ChatFormat, limits: AgentLimits,
                   policy_version: str, action_format: str, window: int, one_shot: bool,
-                  seed: int | None = None) -> Episode:
+                  seed: int | None = None, style: str = "full", show_source: bool = False) -> Episode:
     """Reset the env (starts its sandbox) and render the opening messages once, as ids."""
     t0 = time.monotonic()
     first = env.reset()  # the task statement, as the agent sees it, with the cwd footer
-    ids = chat.prompt_ids(build_messages(first, action_format, window, one_shot))
+    ids = chat.prompt_ids(build_messages(first, action_format, window, one_shot, style, show_source))
     traj = Trajectory(task_id=task.instance_id, sample_index=sample_index, policy_version=policy_version,
                       prompt_token_ids=list(ids))
     traj.timings["reset_s"] = time.monotonic() - t0

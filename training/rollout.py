@@ -51,6 +51,8 @@ class RolloutSpec:
     action_format: str
     window: int = 100
     one_shot: bool = False
+    prompt_style: str = "full"  # must match the env's (SWEEnv prompt_style / show_source)
+    show_source: bool = False
     concurrency: int = 4  # episodes (hence sandboxes) at once
     infra_retries: int = 2  # an episode lost to an infra error is started again this many times
     # how long a generate call waits for episodes still in an env step: at least batch_wait_s, or
@@ -217,7 +219,8 @@ def _start(slot: _Slot, env_factory: EnvFactory, chat: ChatFormat, spec: Rollout
     slot.env = env = env_factory(slot.task)
     try:
         ep = start_episode(slot.task, slot.index, env, chat, spec.limits, policy_version, spec.action_format,
-                           spec.window, spec.one_shot, seed=spec.sampling.seed)
+                           spec.window, spec.one_shot, seed=spec.sampling.seed, style=spec.prompt_style,
+                           show_source=spec.show_source)
     except BaseException:
         _close(env)
         raise

@@ -133,8 +133,9 @@ def rollouts(ctx: RunContext, stage: str, iteration: int, tasks: list[TaskInstan
         limits=AgentLimits(max_turns=max_turns, max_context_tokens=max_context,
                            max_new_tokens=sampling.max_new_tokens),
         sampling=SamplingParams.from_config(sampling, seed=cfg.seed + iteration),
-        action_format=cfg.rollout.action_format, window=cfg.environment.window, one_shot=one_shot,
-        concurrency=cfg.rollout.concurrency)
+        action_format=cfg.rollout.action_format, window=cfg.environment.window,
+        one_shot=one_shot or cfg.rollout.one_shot_demo, concurrency=cfg.rollout.concurrency,
+        prompt_style=cfg.rollout.prompt_style, show_source=cfg.rollout.show_source)
 
     def reward_fn(t: Trajectory) -> float:
         if l_thr is None:
@@ -144,7 +145,9 @@ def rollouts(ctx: RunContext, stage: str, iteration: int, tasks: list[TaskInstan
     sink = TrajectorySink(ctx.store, ctx.key("rollouts", stage, iteration))
     stats = collect(tasks, samples, backend,
                     lambda task: SWEEnv(task, cfg.environment, cfg.rollout.action_format,
-                                        observation_max_chars=cfg.rollout.observation_max_chars),
+                                        observation_max_chars=cfg.rollout.observation_max_chars,
+                                        prompt_style=cfg.rollout.prompt_style,
+                                        show_source=cfg.rollout.show_source),
                     spec, reward_fn, sink=sink, progress=ctx.progress)
     summary = stats.summary()
     log.info("%s/%s rollouts: %s", stage, iteration, json.dumps({k: round(v, 4) for k, v in summary.items()}))

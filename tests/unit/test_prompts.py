@@ -157,3 +157,17 @@ def test_the_cache_is_bounded():
     for k in "abc":
         cache.put(k, GradeResult("t", "unresolved", False, True))
     assert cache.get("a") is None and cache.get("c") is not None
+
+
+def test_the_rollout_config_chooses_the_prompt_the_agent_renders():
+    """`rollout.prompt_style` / `show_source` / `one_shot_demo` reach the messages (no silent no-op)."""
+    from swerl.config import load_config
+    from training.agent import build_messages
+
+    cfg = load_config("smoke", ["rollout.prompt_style=short", "rollout.show_source=true"]).rollout
+    short = build_messages("TASK", cfg.action_format, 100, True, cfg.prompt_style, cfg.show_source)
+    full = build_messages("TASK", cfg.action_format, 100, False)
+    assert short[0]["content"] == prompts.system_prompt(cfg.action_format, 100, "short")
+    assert short[1:-1] == prompts.one_shot_demo(cfg.action_format, "short", show_source=True)
+    assert "rectangle_area" in short[1]["content"] and short[-1]["content"] == "TASK"
+    assert len(full) == 2 and full[0]["content"] == prompts.system_prompt(cfg.action_format, 100, "full")
