@@ -105,6 +105,19 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, str]]:
                 yield lineno, line
 
 
+def at_hint_level(task: TaskInstance, level: int) -> TaskInstance:
+    """The same task stated at another hint level (curation stores every level's statement in
+    `meta["statements"]`), so a curriculum picks its level at load time without re-curating.
+    Tasks without that level (imported ones) are returned unchanged."""
+    text = (task.meta.get("statements") or {}).get(str(level))
+    if text is None or task.meta.get("hint_level") == level:
+        return task
+    d = task.to_dict()
+    d["problem_statement"] = text
+    d["meta"] = {**task.meta, "hint_level": level}
+    return TaskInstance.from_dict(d)
+
+
 def load_tasks(path: str | Path) -> LoadReport:
     """Load every good line of a tasks JSONL file; bad lines are reported, never fatal."""
     tasks, errors = [], []

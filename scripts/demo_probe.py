@@ -19,7 +19,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import logging
 import os
@@ -32,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from environments import prompts  # noqa: E402
-from environments.records import TaskInstance, load_tasks  # noqa: E402
+from environments.records import TaskInstance, at_hint_level, load_tasks  # noqa: E402
 from swerl.config import EnvironmentConfig, TrainConfig  # noqa: E402
 
 log = logging.getLogger("demo_probe")
@@ -118,14 +117,6 @@ def function_lines(task: TaskInstance) -> int | None:
     return None
 
 
-def at_hint_level(task: TaskInstance, level: int) -> TaskInstance:
-    """The same task with its statement at another hint level (curation stores all four)."""
-    d = task.to_dict()
-    d["problem_statement"] = task.meta["statements"][str(level)]
-    d["meta"] = {**task.meta, "hint_level": level}
-    return TaskInstance.from_dict(d)
-
-
 def with_images(tasks: list[TaskInstance]) -> list[TaskInstance]:
     from environments.images import ensure_images
 
@@ -140,15 +131,6 @@ def with_images(tasks: list[TaskInstance]) -> list[TaskInstance]:
 
 
 # ---------------------------------------------------------------- measure
-def use_variant(v: Variant) -> None:
-    """Route the agent's prompt calls to this variant's style (the loop asks `prompts` for them)."""
-    prompts.system_prompt = functools.partial(_SYSTEM, style=v.style)
-    prompts.one_shot_demo = functools.partial(_DEMO, style=v.style, show_source=v.show_source)
-
-
-_SYSTEM, _DEMO = prompts.system_prompt, prompts.one_shot_demo
-
-
 class StopAtBlock:
     """A backend whose replies end where their first fenced block closes, as a stop string
     would end them: the tokens after it are dropped with their logprobs, the rest is unchanged.
@@ -192,7 +174,6 @@ def measure(args: argparse.Namespace) -> dict:
     from training.rollout import RolloutSpec, TrajectorySink, collect
 
     v = VARIANTS[args.variant]
-    use_variant(v)
     tasks = with_images(load_task_spec(args.tasks, _set(args.projects), args.hint, args.per_project, args.seed,
                                args.max_lines, _set(args.exclude), _set(args.skip_modifiers)))
     if not tasks:
@@ -205,7 +186,7 @@ def measure(args: argparse.Namespace) -> dict:
                        sampling=SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                                                seed=args.seed),
                        action_format=v.action_format, window=env_cfg.window, one_shot=v.one_shot,
-                       concurrency=args.concurrency)
+                       concurrency=args.concurrency, prompt_style=v.style, show_source=v.show_source)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     store = Store(f"file://{out.resolve()}/store")
@@ -265,7 +246,6 @@ def quick(args: argparse.Namespace) -> dict:
     from training.inference.hf import HFBackend
 
     v = VARIANTS[args.variant]
-    use_variant(v)
     tasks = [t for t in load_task_spec(args.tasks, _set(args.projects), args.hint, args.per_project, args.seed,
                                args.max_lines, _set(args.exclude), _set(args.skip_modifiers))
              if named_function(t)]
@@ -284,7 +264,8 @@ def quick(args: argparse.Namespace) -> dict:
             if res.exit_code != 0:
                 raise RuntimeError(f"{task.instance_id}: gold patch does not apply: {res.output[:300]}")
             gold = code_ast(env.sandbox.read_file(path))
-        ids = chat.prompt_ids(build_messages(first, v.action_format, env_cfg.window, v.one_shot))
+        ids = chat.prompt_ids(build_messages(first, v.action_format, env_cfg.window, v.one_shot, v.style,
+                                             v.show_source))
         if args.prefix:  # the reply starts with these tokens, given, not sampled
             ids = ids + backend.tokenizer.encode(args.prefix, add_special_tokens=False)
         cases += [(task, buggy, gold, ids, args.seed * 1000 + i) for i in range(args.samples)]

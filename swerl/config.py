@@ -61,6 +61,7 @@ class DataConfig(Strict):
     projects_eval: list[str] = Field(default_factory=list)
     max_tasks_per_project: int = Field(60, ge=1)
     max_tasks: int | None = Field(None, ge=1)  # cap per split, after the per-project cap
+    # how much the issue says (3 = names file and function); applied when tasks are loaded
     hint_level: int = Field(1, ge=0, le=3)
     determinism_runs: int = Field(3, ge=1)
     max_patch_files: int = Field(7, ge=1)

@@ -345,7 +345,7 @@ def load_split(ctx: RunContext, split: str) -> list[TaskInstance]:
     must not take the run down.
     """
     from environments.images import ensure_images
-    from environments.records import load_tasks
+    from environments.records import at_hint_level, load_tasks
 
     d = ctx.cfg.data
     path = d.tasks_file if split == "train" else d.eval_tasks_file
@@ -358,6 +358,7 @@ def load_split(ctx: RunContext, split: str) -> list[TaskInstance]:
         from environments.curation.dataset import load_dataset
 
         tasks = load_dataset(ctx.store, d.train_dataset if split == "train" else d.eval_dataset)
+    tasks = [at_hint_level(t, d.hint_level) for t in tasks]
     if d.max_tasks_per_project:
         per: dict[str, int] = defaultdict(int)
         capped = []
