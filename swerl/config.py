@@ -126,6 +126,10 @@ class RFTConfig(Strict):
     samples_per_task: int = Field(10, ge=1)
     one_shot_demo: bool = True
     max_tasks: int | None = None
+    # Collection sampler (default: rollout.sampling). Rejection sampling trains on the kept
+    # episodes as plain SFT targets, with no importance ratio, so a cooler sampler is allowed
+    # here: it buys more resolved episodes from a weak base model.
+    sampling: Sampling | None = None
     train: TrainConfig = Field(default_factory=TrainConfig)
 
 

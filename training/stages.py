@@ -194,7 +194,7 @@ def rft_stage(ctx: RunContext, tasks: list[TaskInstance], policy: str = "base") 
     chosen = tasks[: cfg.rft.max_tasks] if cfg.rft.max_tasks else tasks
     stats = rollouts(ctx, "rft", 0, chosen, cfg.rft.samples_per_task, policy,
                      max_turns=cfg.rollout.max_turns, max_context=cfg.rollout.max_context_tokens,
-                     sampling=cfg.rollout.sampling, one_shot=cfg.rft.one_shot_demo)
+                     sampling=cfg.rft.sampling or cfg.rollout.sampling, one_shot=cfg.rft.one_shot_demo)
     resolved = [t for t in stats.trajectories if t.status == "resolved"]
     log.info("rft: %d resolved of %d trajectories", len(resolved), len(stats.trajectories))
     ctx.on_metrics("rft", {"rft/trajectories": len(stats.trajectories), "rft/resolved": len(resolved)}, 0)

@@ -53,3 +53,13 @@ def test_completion_check_catches_ignored_limits():
         check_completion(Completion([5], [0.0], "length"), sp, {2})
     ok = Completion([5, 2], [-1.0, -0.5], "stop")
     assert check_completion(ok, sp, {2}) is ok
+
+
+def test_rft_collection_may_sample_cooler_and_defaults_to_the_rollout_sampler():
+    """RFT keeps resolved episodes as SFT targets (no importance ratio), so its sampler is free."""
+    cfg = load_config("smoke", ["rft.sampling.temperature=0.5", "rft.sampling.max_new_tokens=64"])
+    assert cfg.rft.sampling.temperature == 0.5 and cfg.rft.sampling.max_new_tokens == 64
+    assert cfg.rollout.sampling.temperature == 1.0
+    assert load_config("smoke").rft.sampling is None
+    with pytest.raises(ConfigError, match="rft.sampling.temprature"):
+        load_config("smoke", ["rft.sampling.temprature=0.5"])
