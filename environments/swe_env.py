@@ -128,12 +128,7 @@ class SWEEnv:
         if patch is None:
             patch = self.patch if self.patch is not None else self.diff()
         key = verdict_key(self.task, patch, f"{grade.__module__}.{grade.__qualname__}")
-        cached = _VERDICTS.get(key)
-        if cached is not None:
-            return cached
-        result = grade(self.task, patch, self.env_cfg)
-        _VERDICTS.put(key, result)
-        return result
+        return _VERDICTS.get_or_grade(key, lambda: grade(self.task, patch, self.env_cfg))
 
     def close(self) -> None:
         if self.sandbox is not None:
@@ -194,13 +189,40 @@ class VerdictCache:
     fresh container: seconds of CPU each. Curation keeps only tasks whose outcome is the same on
     every rerun, so the same patch gets the same verdict; only `resolved`/`unresolved` verdicts
     are kept, an `error` is always graded again. Bounded, per process.
+
+    Single-flight: a group's samples finish together, so without it G concurrent episodes with
+    the same patch would all miss and grade it G times; the later ones wait for the first.
     """
 
     def __init__(self, size: int = 512):
         self.size = size
         self._items: OrderedDict[str, GradeResult] = OrderedDict()
         self._lock = threading.Lock()
+        self._inflight: dict[str, threading.Event] = {}
         self.hits = 0
+
+    def get_or_grade(self, key: str, grade_fn: Callable[[], GradeResult]) -> GradeResult:
+        """The cached verdict, the one being computed for the same key, or `grade_fn()`."""
+        while True:
+            hit = self.get(key)
+            if hit is not None:
+                return hit
+            with self._lock:
+                if key in self._items:  # landed between get() and here
+                    continue
+                running = self._inflight.get(key)
+                if running is None:
+                    mine = self._inflight[key] = threading.Event()
+                    break
+            running.wait()  # then look again: a hit, or (the first one erred) our turn to grade
+        try:
+            result = grade_fn()
+            self.put(key, result)
+            return result
+        finally:
+            with self._lock:
+                del self._inflight[key]
+            mine.set()
 
     def get(self, key: str) -> GradeResult | None:
         with self._lock:

@@ -152,6 +152,34 @@ def test_a_patch_is_graded_once_and_errors_are_graded_again(tmp_path, monkeypatc
     env.close()
 
 
+def test_concurrent_graders_of_one_patch_wait_for_the_first_and_redo_an_error():
+    """A group's samples finish together: the same patch is graded once, not once per sample."""
+    import threading
+    import time
+
+    cache, calls, gate = VerdictCache(), [], threading.Event()
+    verdicts = iter(["error", "unresolved"])
+
+    def slow_grade():
+        calls.append(1)
+        gate.wait(5)
+        time.sleep(0.05)
+        return GradeResult("t", next(verdicts), False, True)
+
+    out: list[str] = []
+    threads = [threading.Thread(target=lambda: out.append(cache.get_or_grade("k", slow_grade).status))
+               for _ in range(4)]
+    for th in threads:
+        th.start()
+    time.sleep(0.2)
+    assert len(calls) == 1  # the other three wait on the first
+    gate.set()
+    for th in threads:
+        th.join(5)
+    # the first got an error (never cached): one waiter graded again, the last two reused that
+    assert sorted(out) == ["error", "unresolved", "unresolved", "unresolved"] and len(calls) == 2
+
+
 def test_the_cache_is_bounded():
     cache = VerdictCache(size=2)
     for k in "abc":
