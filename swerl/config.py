@@ -36,11 +36,13 @@ class Sampling(Strict):
         """Settings that make the sampler's distribution differ from the policy's.
 
         The paper's top-k/min-p accident: any filter biases the importance ratio, so training
-        rollouts must sample from the raw softmax at temperature 1.0.
+        rollouts must sample from the raw softmax. A temperature is not a filter: the trainer
+        computes its logprobs at the same T (softmax(logits / T) is the policy trained), so the
+        ratio stays unbiased; the paper's default is 1.0. Greedy (T=0) has no policy to train.
         """
         bad = []
-        if self.temperature != 1.0:
-            bad.append(f"temperature={self.temperature} (must be 1.0)")
+        if self.temperature <= 0.0:
+            bad.append(f"temperature={self.temperature} (must be > 0; the trainer uses the same T)")
         if self.top_p != 1.0:
             bad.append(f"top_p={self.top_p} (must be 1.0)")
         if self.top_k not in (-1, 0):

@@ -223,13 +223,14 @@ def _mean(values: list[float]) -> float:
 def iteration_update(trainer: Trainer | nn.Module, samples: list[TrainingSample],
                      cfg: DAPOConfig | SwerlConfig, stage: DAPOStage | None = None, *,
                      ref_model: nn.Module | None = None, group_stats: dict[str, float] | None = None,
-                     seed: int = 0) -> dict[str, float]:
+                     seed: int = 0, temperature: float = 1.0) -> dict[str, float]:
     """One DAPO policy update over an iteration's samples (advantages already set).
 
     Old logprobs are recomputed by the trainer with the weights as they are before any step,
     then the data is passed over ONCE in shuffled minibatches of ``stage.batch_size``
     trajectories per optimizer step. Pass a Trainer to keep AdamW state across iterations; a
-    bare model gets a fresh one (lr = stage.lr, constant after warmup).
+    bare model gets a fresh one (lr = stage.lr, constant after warmup). ``temperature`` is the
+    sampler's: the policy trained is the one the rollouts were drawn from.
     """
     dcfg = cfg.dapo if isinstance(cfg, SwerlConfig) else cfg
     stage = stage or dcfg.stages[0]
@@ -238,7 +239,9 @@ def iteration_update(trainer: Trainer | nn.Module, samples: list[TrainingSample]
     plan_all = minibatches(len(samples), stage.batch_size, seed)
     if not isinstance(trainer, Trainer):
         trainer = Trainer(trainer, dcfg.train, total_steps=max(1, len(plan_all)), lr=stage.lr,
-                          chunk=dcfg.logprob_chunk, schedule="constant")
+                          chunk=dcfg.logprob_chunk, schedule="constant", temperature=temperature)
+    if trainer.temperature != temperature:
+        raise ValueError(f"trainer temperature {trainer.temperature} != sampler temperature {temperature}")
     metrics: dict[str, float] = dict(group_stats or {})
     if not samples:
         log.warning("DAPO iteration has no samples with a nonzero advantage: no update")

@@ -21,9 +21,10 @@ from torch.utils.checkpoint import checkpoint
 
 
 def _chunk_scores(hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor,
-                  with_entropy: bool) -> Tensor:
+                  with_entropy: bool, temperature: float = 1.0) -> Tensor:
     """Logprob of each target (and the entropy of each position) for one chunk of positions."""
-    logp = F.linear(hidden, weight, bias).float().log_softmax(-1)
+    logits = F.linear(hidden, weight, bias).float()
+    logp = (logits if temperature == 1.0 else logits / temperature).log_softmax(-1)
     lp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     if not with_entropy:
         return lp
@@ -33,8 +34,11 @@ def _chunk_scores(hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: 
 
 
 def chunked_head(hidden: Tensor, head: nn.Linear, targets: Tensor, chunk: int,
-                 with_entropy: bool = False) -> Tensor:
+                 with_entropy: bool = False, temperature: float = 1.0) -> Tensor:
     """Apply ``head`` + log_softmax + gather over the sequence dim in chunks of ``chunk``.
+
+    ``temperature``: the policy is softmax(logits / T), the distribution a sampler at T draws
+    from; the importance ratio is only unbiased when trainer and sampler use the same T.
 
     hidden: [B, T, H] states whose position t predicts targets[:, t]; returns [B, T] (or
     [B, T, 2] with entropy in the last slot).
@@ -44,10 +48,10 @@ def chunked_head(hidden: Tensor, head: nn.Linear, targets: Tensor, chunk: int,
     for s in range(0, hidden.shape[1], chunk):
         h, tgt = hidden[:, s:s + chunk], targets[:, s:s + chunk]
         if use_ckpt:
-            parts.append(checkpoint(_chunk_scores, h, head.weight, head.bias, tgt, with_entropy,
+            parts.append(checkpoint(_chunk_scores, h, head.weight, head.bias, tgt, with_entropy, temperature,
                                     use_reentrant=False))
         else:
-            parts.append(_chunk_scores(h, head.weight, head.bias, tgt, with_entropy))
+            parts.append(_chunk_scores(h, head.weight, head.bias, tgt, with_entropy, temperature))
     return torch.cat(parts, dim=1)
 
 
@@ -73,7 +77,8 @@ def lm_head_of(model: nn.Module) -> nn.Linear:
 
 
 def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor,
-                   chunk: int = 1024, with_entropy: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+                   chunk: int = 1024, with_entropy: bool = False,
+                   temperature: float = 1.0) -> Tensor | tuple[Tensor, Tensor]:
     """log p(input_ids[:, t+1] | input_ids[:, :t+1]) for every t: shape [B, T-1].
 
     With ``with_entropy`` also returns the policy entropy at each of those positions (no grad).
@@ -83,7 +88,7 @@ def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor,
     targets = input_ids[:, 1:]
 
     def scores(hidden: Tensor) -> Tensor:
-        return chunked_head(hidden[:, :-1], head, targets, chunk, with_entropy)
+        return chunked_head(hidden[:, :-1], head, targets, chunk, with_entropy, temperature)
 
     with _head_replaced(head, scores):
         out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits

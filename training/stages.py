@@ -255,7 +255,7 @@ def dapo_iteration(ctx: RunContext, stage_idx: int, iteration: int, pool: list[T
     t1 = time.monotonic()
     model, tokenizer, _ = _load_model(ctx, policy)
     metrics = iteration_update(model, samples, ctx.cfg, stage, group_stats=group_stats,
-                               seed=ctx.cfg.seed + iteration)
+                               seed=ctx.cfg.seed + iteration, temperature=ctx.cfg.rollout.sampling.temperature)
     t_train = time.monotonic() - t1
     summary = stats.summary()
     metrics.update({

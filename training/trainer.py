@@ -56,9 +56,10 @@ class Trainer:
     def __init__(self, model: nn.Module, cfg: TrainConfig, total_steps: int, *,
                  lr: float | None = None, chunk: int = 1024,
                  schedule: Literal["cosine", "constant"] = "cosine", pad_id: int = 0,
-                 progress: bool = True):
+                 progress: bool = True, temperature: float = 1.0):
         self.cfg = cfg
         self.chunk = chunk
+        self.temperature = temperature  # the policy is softmax(logits / T): the sampler's T
         self.pad_id = pad_id
         # Multi-GPU settings (FSDP, ZeRO-3, bf16 policy) come from `accelerate launch`'s env.
         self.accelerator = Accelerator()
@@ -152,7 +153,8 @@ class Trainer:
         for mb in progress_bar(self._even_out(batches), desc, self.progress and len(batches) > 4):
             mb = self._to_device(mb)
             with self._autocast():
-                lp = token_logprobs(model, mb.input_ids, mb.attention_mask, self.chunk)
+                lp = token_logprobs(model, mb.input_ids, mb.attention_mask, self.chunk,
+                                    temperature=self.temperature)
             out.append(split_rows(lp.float(), mb))
         model.train(was_training)
         return out[:len(batches)]
@@ -172,7 +174,7 @@ class Trainer:
             with self._accumulating(last=k == len(batches) - 1):
                 with self._autocast():
                     lp, ent = token_logprobs(self.model, mb.input_ids, mb.attention_mask,
-                                             self.chunk, with_entropy=True)
+                                             self.chunk, with_entropy=True, temperature=self.temperature)
                 if mb.index:
                     token_loss, stats = loss_fn(lp.float(), mb)
                 else:  # a padding micro-batch (see _even_out): forward/backward, zero loss

@@ -29,6 +29,22 @@ def test_equals_naive(chunk):
     assert torch.allclose(fast[real], ref[real], atol=1e-5)
 
 
+def test_tempered_logprobs_are_what_a_sampler_at_that_temperature_reports():
+    """The trainer's policy at T is the sampler's distribution at T (no top-k/p filter)."""
+    from training.inference.base import SamplingParams
+    from training.inference.sampling import processed_logprobs
+
+    model = tiny_llama()
+    ids, attn = _inputs()
+    fast = token_logprobs(model, ids, attn, 7, temperature=0.5)
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+    sampler = processed_logprobs(logits.reshape(-1, logits.shape[-1]), SamplingParams(temperature=0.5))
+    ref = sampler.reshape(logits.shape).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    real = attn[:, 1:].bool()
+    assert torch.allclose(fast[real], ref[real], atol=1e-5)
+    assert not torch.allclose(fast[real], token_logprobs(model, ids, attn, 7)[real], atol=1e-3)
+
+
 def test_entropy_equals_naive():
     model = tiny_llama()
     ids, attn = _inputs()

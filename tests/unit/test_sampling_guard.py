@@ -12,7 +12,7 @@ pytestmark = pytest.mark.unit
     ("rollout.sampling.top_p=0.9", "top_p"),
     ("rollout.sampling.top_k=20", "top_k"),
     ("rollout.sampling.min_p=0.05", "min_p"),
-    ("rollout.sampling.temperature=0.6", "temperature"),
+    ("rollout.sampling.temperature=0", "temperature"),
     ("rollout.sampling.repetition_penalty=1.1", "repetition_penalty"),
 ])
 def test_training_sampling_filters_fail_at_config_time(override, name):
