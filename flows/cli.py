@@ -125,9 +125,8 @@ def cmd_dapo(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    import json
-
     from flows.pipeline import evaluate
+    from training.report import eval_text
 
     sets = list(args.set)
     if args.tasks:
@@ -135,12 +134,36 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.runs:
         sets.append(f"eval.runs={args.runs}")
     args.set = sets
-    _config(args)
+    cfg = _config(args)
     report = evaluate(**_flow_args(args), policy=args.model, label=args.label)
-    keep = ("label", "policy", "pass@1", "sem", "n_tasks", "n_runs", "errors", "format_error_rate",
-            "by_project", "by_difficulty", "exit_reasons")
-    print(json.dumps({k: v for k, v in report.items() if k in keep or k.startswith("pass@")}, indent=2))
+    print("\n" + eval_text(report, cfg.eval.k))
+    ctx = _context(cfg, report["run_id"])
+    preds = [_where(ctx.store, ctx.key("eval", report["label"], f"predictions-run{r}.jsonl"))
+             for r in range(report["n_runs"])]
+    print(f"  report                     {_where(ctx.store, ctx.key('eval', report['label'], 'report.md'))}")
+    print("  predictions                " + "\n                             ".join(preds))
+    # the overrides that change a verdict or where files are
+    same = "".join(f" --set {s}" for s in args.set if s.startswith(("environment.", "storage.")))
+    print(f"  re-grade a run: swerl grade --preset {args.preset}{same} --tasks {_eval_tasks_location(ctx)} "
+          f"--predictions {preds[0]}")
     return 0
+
+
+def _where(store, key: str) -> str:
+    """A store object as people reach it: a local path for a file:// store, else its URL."""
+    local = store.local_path(key)
+    return str(local) if local is not None else store.url(key)
+
+
+def _eval_tasks_location(ctx) -> str:
+    """The tasks file the evaluation read: the preset's eval file, or its dataset's tasks.jsonl."""
+    from environments.curation.dataset import latest_hash
+    from training.stages import _find_file
+
+    d = ctx.cfg.data
+    if d.eval_tasks_file:
+        return _find_file(d.eval_tasks_file)
+    return _where(ctx.store, f"datasets/{d.eval_dataset}/{latest_hash(ctx.store, d.eval_dataset)}/tasks.jsonl")
 
 
 def _tasks_with_images(path: str) -> list:
@@ -157,18 +180,43 @@ def _tasks_with_images(path: str) -> list:
     return report.tasks
 
 
+def _local_file(cfg: SwerlConfig, location: str, tmp: str) -> str:
+    """`location` as a local path: a path as is, a URL of the configured store downloaded into
+    `tmp` (what `swerl evaluate` prints for an S3 store)."""
+    from pathlib import Path
+
+    from swerl.store import open_store
+
+    if "://" not in location:
+        return location
+    if location.startswith("file://"):
+        return location[len("file://"):]
+    store = open_store(cfg.storage)
+    root = store.url() + "/"
+    if not location.startswith(root):
+        raise ConfigError(f"storage.uri: {location} is outside the configured store {store.url()}")
+    key = location[len(root):]
+    return str(store.get_file(key, Path(tmp) / key.replace("/", "_")))
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
     import json
+    import tempfile
     from pathlib import Path
 
     from environments.grading import grade_many
 
     cfg = _config(args)
-    tasks = {t.instance_id: t for t in _tasks_with_images(args.tasks)}
-    report = grade_many(tasks, args.predictions, cfg.environment, workers=args.workers)
+    with tempfile.TemporaryDirectory(prefix="swerl-grade-") as tmp:
+        tasks = {t.instance_id: t for t in _tasks_with_images(_local_file(cfg, args.tasks, tmp))}
+        report = grade_many(tasks, _local_file(cfg, args.predictions, tmp), cfg.environment, workers=args.workers)
     Path(args.report).write_text(json.dumps(report, indent=2))
     print(f"resolved {report['resolved_instances']} / unresolved {report['unresolved_instances']} / "
-          f"error {report['error_instances']}  (of {report['submitted_instances']} predictions) -> {args.report}")
+          f"error {report['error_instances']}  (of {report['submitted_instances']} predictions, "
+          f"{report['empty_patch_instances']} empty) -> {args.report}")
+    for status in ("resolved", "unresolved"):
+        if report[f"{status}_ids"]:
+            print(f"  {status}: {' '.join(report[f'{status}_ids'])}")
     for iid in report["error_ids"]:
         print(f"  error {iid}: {report['instances'].get(iid, {}).get('error_reason', '')}")
     return 0
@@ -370,8 +418,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("grade", help="grade SWE-bench-format predictions in fresh containers")
     _add_config_args(p)
-    p.add_argument("--tasks", required=True, help="tasks.jsonl (SWE-bench format plus swerl fields)")
-    p.add_argument("--predictions", required=True, help="predictions .jsonl/.json (instance_id, model_patch)")
+    p.add_argument("--tasks", required=True,
+                   help="tasks.jsonl (SWE-bench format plus swerl fields): a path or a URL in the store")
+    p.add_argument("--predictions", required=True,
+                   help="predictions .jsonl/.json (instance_id, model_patch): a path or a URL in the store")
     p.add_argument("--report", default="report.json")
     p.add_argument("--workers", type=int, default=2)
     p.set_defaults(func=cmd_grade)

@@ -53,9 +53,14 @@ class EvalSummary:
     ungraded: list[str]  # tasks whose every sample was an infra error: no rate at all
     by_project: dict[str, float]
     by_difficulty: dict[str, float]
-    project_sizes: dict[str, int]  # graded tasks per project, to read by_project against
+    by_modifier: dict[str, float]  # synthetic tasks: which kind of injected bug
+    project_sizes: dict[str, int]  # graded tasks per group, to read each breakdown against
+    difficulty_sizes: dict[str, int]
+    modifier_sizes: dict[str, int]
     episodes: int
     errors: int
+    statuses: dict[str, int]  # episodes per verdict: resolved / unresolved / error
+    empty_patches: int  # episodes that ended with no change at all (graded, never resolved)
     format_error_rate: float
     exit_reasons: dict[str, int]
 
@@ -78,6 +83,11 @@ def _breakdown(tasks: list[TaskInstance], per_task: Mapping[str, float],
 
 def difficulty_of(task: TaskInstance) -> str:
     return str(task.meta.get("difficulty", task.meta.get("hint_level", "n/a")))
+
+
+def modifier_of(task: TaskInstance) -> str:
+    """The mutation that made a synthetic task's bug; imported tasks have none."""
+    return str(task.meta.get("modifier", "n/a"))
 
 
 def summarize(trajs: Iterable[Trajectory], tasks: list[TaskInstance], runs: int, ks: list[int]) -> EvalSummary:
@@ -107,18 +117,23 @@ def summarize(trajs: Iterable[Trajectory], tasks: list[TaskInstance], runs: int,
                 pass_k[k].append(pass_at_k(len(ts), c, k))
 
     by_project, sizes = _breakdown(tasks, per_task, lambda t: t.project)
-    by_difficulty, _ = _breakdown(tasks, per_task, difficulty_of)
+    by_difficulty, difficulty_sizes = _breakdown(tasks, per_task, difficulty_of)
+    by_modifier, modifier_sizes = _breakdown(tasks, per_task, modifier_of)
     turns = [turn for t in trajs for turn in t.turns]
     reasons: dict[str, int] = defaultdict(int)
+    statuses = dict.fromkeys(("resolved", "unresolved", "error"), 0)
     for t in trajs:
         reasons[t.exit_reason] += 1
+        statuses[t.status] = statuses.get(t.status, 0) + 1
     return EvalSummary(
         n_tasks=len(tasks), n_runs=runs, pass1=pass1, sem=sem,
         pass_k={k: sum(v) / len(v) for k, v in pass_k.items() if v},
         per_run=per_run, per_task=per_task,
         ungraded=[t.instance_id for t in tasks if t.instance_id not in per_task],
-        by_project=by_project, by_difficulty=by_difficulty, project_sizes=sizes,
-        episodes=len(trajs), errors=len(trajs) - len(graded),
+        by_project=by_project, by_difficulty=by_difficulty, by_modifier=by_modifier, project_sizes=sizes,
+        difficulty_sizes=difficulty_sizes, modifier_sizes=modifier_sizes,
+        episodes=len(trajs), errors=len(trajs) - len(graded), statuses=statuses,
+        empty_patches=sum(not (t.patch or "").strip() for t in trajs),
         format_error_rate=sum(t.format_error for t in turns) / max(len(turns), 1),
         exit_reasons=dict(sorted(reasons.items())),
     )

@@ -59,8 +59,9 @@ def plot_pass1(evals: dict[str, dict[str, Any]], path: Path, title: str) -> Path
         runs = evals[label].get("per_run") or []
         if len(runs) > 1:  # spread the dots a little so equal values stay countable
             offsets = [0.18 * ((j + 0.5) / len(runs) - 0.5) for j in range(len(runs))]
+            # clip_on=False: a run at 0 sits on the axis and would otherwise be cut in half
             ax.scatter([i + o for o in offsets], runs, s=12, color="black", alpha=0.55, zorder=3,
-                       label="single run" if i == 0 else None)
+                       clip_on=False, label="single run" if i == 0 else None)
     top = max([m + s for m, s in zip(means, sems)] + [max(evals[k].get("per_run") or [0]) for k in labels] + [0.05])
     # the numbers go under the bars: above them they collide with the run dots
     ax.set_xticks(list(xs), [f"{k}\n{m:.3f} ± {s:.3f}\n({evals[k]['n_tasks']} tasks × {evals[k]['n_runs']} runs)"
@@ -104,15 +105,28 @@ def plot_iterations(iterations: list[dict[str, Any]], path: Path, title: str) ->
     if not iterations:
         return None
     xs = list(range(1, len(iterations) + 1))
+
+    def series(key: str) -> list[float]:
+        return [it.get(key, math.nan) for it in iterations]
+
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for key, label in (("reward_mean_all", "reward mean"), ("resolved_rate", "resolved rate")):
-        axes[0].plot(xs, [it.get(key, math.nan) for it in iterations], marker="o", label=label)
+        axes[0].plot(xs, series(key), marker="o", label=label)
     axes[0].set_title("reward and resolved rate")
     axes[0].legend(fontsize=8)
-    axes[1].plot(xs, [it.get("format_error_rate", math.nan) for it in iterations], marker="o", color="#C44E52")
+    axes[1].plot(xs, series("format_error_rate"), marker="o", color="#C44E52")
     axes[1].set_title("format-error rate")
-    axes[2].plot(xs, [it.get("mean_turns", math.nan) for it in iterations], marker="o", color="#8172B2")
+    axes[2].plot(xs, series("mean_turns"), marker="o", color="#8172B2")
     axes[2].set_title("mean turns")
+    # Fixed scales: rates and rewards on their whole range, so a flat line at 1.0 reads as
+    # "every turn", not as a wiggle around an auto-zoomed 1.0; turns from 0.
+    rewards = [v for v in series("reward_mean_all") if not math.isnan(v)]
+    axes[0].set_ylim(min(rewards + [0.0]) - 0.05, max(rewards + [1.0]) + 0.05)
+    axes[0].set_ylabel("per episode")
+    axes[1].set_ylim(-0.02, 1.02)
+    axes[1].set_ylabel("share of turns")
+    axes[2].set_ylim(0, max([v for v in series("mean_turns") if not math.isnan(v)] + [1.0]) * 1.15)
+    axes[2].set_ylabel("turns per episode")
     for ax in axes:
         ax.set_xlabel("DAPO iteration")
         ax.set_xticks(xs)
@@ -122,6 +136,62 @@ def plot_iterations(iterations: list[dict[str, Any]], path: Path, title: str) ->
 
 
 # ---------------------------------------------------------------- one evaluation
+# (title, rates key, sizes key) of each per-group breakdown an evaluation report carries
+BREAKDOWNS = (("project", "by_project", "project_sizes"),
+              ("difficulty / hint level", "by_difficulty", "difficulty_sizes"),
+              ("modifier", "by_modifier", "modifier_sizes"))
+
+
+def breakdowns(r: dict[str, Any]) -> list[tuple[str, list[tuple[str, float, int | None]]]]:
+    """Each breakdown with something to say, as (title, [(group, rate, graded tasks)]).
+
+    A breakdown whose only group is `n/a` (tasks that carry no such field) says nothing and is
+    left out; reports written before a breakdown existed simply lack it.
+    """
+    out = []
+    for title, key, sizes_key in BREAKDOWNS:
+        rates, sizes = r.get(key) or {}, r.get(sizes_key) or {}
+        if rates and set(rates) != {"n/a"}:
+            out.append((title, [(g, v, sizes.get(g)) for g, v in rates.items()]))
+    return out
+
+
+def _statuses(r: dict[str, Any]) -> str:
+    counts = r.get("statuses") or {}
+    text = ", ".join(f"{k} {v}" for k, v in counts.items())
+    if "empty_patches" in r:
+        text += f"; empty patch {r['empty_patches']}"
+    return text
+
+
+def eval_text(r: dict[str, Any], ks: list[int] | None = None) -> str:
+    """One evaluation for a terminal: Pass@1 ± SEM, Pass@k, verdict counts and the breakdowns.
+
+    `ks` are the configured k: a k with fewer graded samples per task than k has no unbiased
+    estimate, and says so instead of vanishing from the printout.
+    """
+    per_run = r.get("per_run") or []
+    lines = [f"evaluation `{r.get('label')}` of {r.get('policy')} (run {r.get('run_id')}): "
+             f"{r['n_tasks']} tasks x {r['n_runs']} runs, eval set {r.get('dataset_hash')}",
+             f"  Pass@1  {r['pass@1']:.3f} ± {r['sem']:.3f}  (mean ± SEM over {len(per_run)} runs; "
+             f"per run {', '.join(f'{x:.3f}' for x in per_run)})"]
+    extra = _extra_pass_k(r)
+    for k in sorted({int(k[5:]) for k in extra} | {k for k in ks or [] if k != 1}):
+        v = extra.get(f"pass@{k}")
+        lines.append(f"  Pass@{k:<2} {v:.3f}" if v is not None else
+                     f"  Pass@{k:<2} n/a (needs {k} graded runs of a task)")
+    lines.append(f"  episodes {r.get('episodes', 0)}: {_statuses(r)}"
+                 + (f"; ungraded tasks: {', '.join(r['ungraded'])}" if r.get("ungraded") else ""))
+    lines.append(f"  format-error rate per turn {r.get('format_error_rate', 0.0):.3f}; exit reasons: "
+                 + ", ".join(f"{k} {v}" for k, v in (r.get("exit_reasons") or {}).items()))
+    tables = breakdowns(r)
+    width = max([20] + [len(title) + 2 for title, _ in tables] + [len(g) + 2 for _, rows in tables for g, _, _ in rows])
+    for title, rows in tables:
+        lines.append(f"  by {title}".ljust(4 + width) + f"{'rate':>5}  {'tasks':>5}")
+        lines += [f"    {g:<{width}}{v:5.3f}  {'' if n is None else n:>5}" for g, v, n in rows]
+    return "\n".join(lines)
+
+
 def eval_markdown(report: dict[str, Any], images: list[str]) -> str:
     r = report
     graded = r.get("episodes", 0) - r.get("errors", 0)
@@ -133,14 +203,12 @@ def eval_markdown(report: dict[str, Any], images: list[str]) -> str:
     lines += [f"- per run: {', '.join(f'{x:.3f}' for x in r.get('per_run') or [])}",
               f"- episodes: {r.get('episodes', 0)}, graded {graded}, infra errors {r.get('errors', 0)}"
               + (f" (ungraded tasks: {', '.join(r['ungraded'])})" if r.get("ungraded") else ""),
+              *([f"- verdicts: {_statuses(r)}"] if r.get("statuses") else []),
               f"- format-error rate per turn: {r.get('format_error_rate', 0.0):.3f}",
-              f"- exit reasons: {', '.join(f'{k} {v}' for k, v in (r.get('exit_reasons') or {}).items())}", ""]
-    sizes = r.get("project_sizes") or {}
-    lines += ["| project | tasks | resolve rate |", "| --- | --- | --- |"]
-    lines += [f"| {p} | {sizes.get(p, '')} | {v:.3f} |" for p, v in (r.get("by_project") or {}).items()]
-    if len(r.get("by_difficulty") or {}) > 1:
-        lines += ["", "| difficulty | resolve rate |", "| --- | --- |"]
-        lines += [f"| {d} | {v:.3f} |" for d, v in r["by_difficulty"].items()]
+              f"- exit reasons: {', '.join(f'{k} {v}' for k, v in (r.get('exit_reasons') or {}).items())}"]
+    for title, rows in breakdowns(r):
+        lines += ["", f"| {title} | tasks | resolve rate |", "| --- | --- | --- |"]
+        lines += [f"| {g} | {'' if n is None else n} | {v:.3f} |" for g, v, n in rows]
     lines += [""] + [f"![{Path(p).stem}]({Path(p).name})" for p in images]
     return "\n".join(lines) + "\n"
 

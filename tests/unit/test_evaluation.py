@@ -102,3 +102,16 @@ def test_paired_test_monte_carlo_agrees_with_exact():
                 for signs in itertools.product((1, -1), repeat=17)) / 2 ** 17
     assert paired_permutation_test(a, b, n_perm=20000) == pytest.approx(exact, abs=0.01)
     assert paired_permutation_test(b, a) > 0.9
+
+
+def test_breakdowns_by_modifier_and_hint_level_and_verdict_counts():
+    tasks = [TaskInstance(i, "r", "c", "p", "", "", [], [], meta={"project": "p", "modifier": m, "hint_level": h})
+             for i, m, h in (("a", "flip_compare", 1), ("b", "flip_compare", 2), ("c", "drop_branch", 2))]
+    trajs = [Trajectory("a", 0, "v", [], status="resolved", patch="diff --git a/x b/x\n"),
+             Trajectory("b", 0, "v", [], status="unresolved", patch=""),
+             Trajectory("c", 0, "v", [], status="error", patch="")]
+    s = summarize(trajs, tasks, runs=1, ks=[1])
+    # c has no graded sample: it is in no group at all rather than a 0 in drop_branch
+    assert s.by_modifier == {"flip_compare": 0.5} and s.modifier_sizes == {"flip_compare": 2}
+    assert s.by_difficulty == {"1": 1.0, "2": 0.0} and s.difficulty_sizes == {"1": 1, "2": 1}
+    assert s.statuses == {"resolved": 1, "unresolved": 1, "error": 1} and s.empty_patches == 2

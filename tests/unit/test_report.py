@@ -129,3 +129,21 @@ def test_publish_eval_rebuilds_from_the_store(tmp_path, monkeypatch):
     assert [f.name for f in after] == [f.name for f in before]
     for name in ("report-run0.json", "report-run1.json", "report.md"):
         assert ctx.store.get_bytes(ctx.key("eval", "rft", name)) == first[name]
+
+
+def test_eval_text_has_pass_at_k_verdicts_and_every_breakdown():
+    from training.report import eval_text
+
+    report, _ = eval_report("base", "base", 1.0, seed=5, runs=2, error_ids=("tomli-4",))
+    report["by_modifier"], report["modifier_sizes"] = {"flip_compare": 0.25}, {"flip_compare": 4}
+    text = eval_text(report, ks=[1, 2, 5])
+    assert f"Pass@1  {report['pass@1']:.3f} ± {report['sem']:.3f}" in text
+    assert f"Pass@2  {report['pass@2']:.3f}" in text
+    assert "Pass@5  n/a (needs 5 graded runs of a task)" in text  # 2 runs: no unbiased pass@5
+    counts = report["statuses"]
+    assert f"episodes 40: resolved {counts['resolved']}, unresolved {counts['unresolved']}, error 2" in text
+    assert "ungraded tasks: tomli-4" in text
+    for project, rate in report["by_project"].items():
+        assert any(line.split() == [project, f"{rate:.3f}", str(report["project_sizes"][project])]
+                   for line in text.splitlines()), project
+    assert "by modifier" in text and "by difficulty" not in text  # these tasks carry no hint level
