@@ -65,6 +65,8 @@ class DataConfig(Strict):
     max_tasks: int | None = Field(None, ge=1)  # cap per split, after the per-project cap
     # how much the issue says (3 = names file and function); applied when tasks are loaded
     hint_level: int = Field(1, ge=0, le=3)
+    # curriculum: keep only synthesised bugs of these kinds (both splits; None = all kinds)
+    modifiers: list[str] | None = None
     determinism_runs: int = Field(3, ge=1)
     max_patch_files: int = Field(7, ge=1)
     max_patch_lines: int = Field(500, ge=1)

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from environments.records import TaskInstance
-from swerl.config import Sampling, SwerlConfig, dump_config
+from environments.records import TaskInstance, at_hint_level
+from swerl.config import DataConfig, Sampling, SwerlConfig, dump_config
 from swerl.paths import state_dir
 from training.agent import AgentLimits
 from training.rollout import RolloutSpec, RolloutStats, TrajectorySink, collect
@@ -338,6 +338,23 @@ def evaluate(ctx: RunContext, label: str, policy: str, tasks: list[TaskInstance]
 
 
 # ---------------------------------------------------------------- data
+def select_tasks(tasks: list[TaskInstance], d: DataConfig) -> list[TaskInstance]:
+    """The curriculum: each task at the configured hint level, only the configured bug kinds,
+    then the per-project and total caps (in file order, so a run sees the same tasks again)."""
+    tasks = [at_hint_level(t, d.hint_level) for t in tasks]
+    if d.modifiers is not None:
+        tasks = [t for t in tasks if set(str(t.meta.get("modifier", "")).split("+")) <= set(d.modifiers)]
+    if d.max_tasks_per_project:
+        per: dict[str, int] = defaultdict(int)
+        capped = []
+        for t in tasks:
+            per[t.project] += 1
+            if per[t.project] <= d.max_tasks_per_project:
+                capped.append(t)
+        tasks = capped
+    return tasks[: d.max_tasks] if d.max_tasks else tasks
+
+
 def load_split(ctx: RunContext, split: str) -> list[TaskInstance]:
     """The train or eval tasks of this run, with their instance images built.
 
@@ -345,7 +362,7 @@ def load_split(ctx: RunContext, split: str) -> list[TaskInstance]:
     must not take the run down.
     """
     from environments.images import ensure_images
-    from environments.records import at_hint_level, load_tasks
+    from environments.records import load_tasks
 
     d = ctx.cfg.data
     path = d.tasks_file if split == "train" else d.eval_tasks_file
@@ -358,17 +375,7 @@ def load_split(ctx: RunContext, split: str) -> list[TaskInstance]:
         from environments.curation.dataset import load_dataset
 
         tasks = load_dataset(ctx.store, d.train_dataset if split == "train" else d.eval_dataset)
-    tasks = [at_hint_level(t, d.hint_level) for t in tasks]
-    if d.max_tasks_per_project:
-        per: dict[str, int] = defaultdict(int)
-        capped = []
-        for t in tasks:
-            per[t.project] += 1
-            if per[t.project] <= d.max_tasks_per_project:
-                capped.append(t)
-        tasks = capped
-    if d.max_tasks:
-        tasks = tasks[: d.max_tasks]
+    tasks = select_tasks(tasks, d)
     ready = []
     for t in tasks:
         try:

@@ -18,3 +18,22 @@ def test_a_task_is_restated_at_the_configured_hint_level():
     assert at_hint_level(t, 1) is t
     assert at_hint_level(t, 2) is t  # no such level stored: unchanged
     assert at_hint_level(_task(), 3).problem_statement == "level 1"  # imported tasks have none
+
+
+def test_the_curriculum_selects_kinds_and_level_then_caps():
+    from swerl.config import DataConfig
+    from training.stages import select_tasks
+
+    def t(i, project, modifier):
+        return TaskInstance(instance_id=f"{project}__1__{modifier}__{i}", repo=project, base_commit="", patch="",
+                            test_patch="", problem_statement="l1", FAIL_TO_PASS=["t"], PASS_TO_PASS=[],
+                            meta={"modifier": modifier, "project": project, "hint_level": 1,
+                                  "statements": {"1": "l1", "3": f"l3 {i}"}})
+
+    tasks = [t(0, "a", "swap_args"), t(1, "a", "flip_compare"), t(2, "a", "swap_args"),
+             t(3, "b", "swap_args+flip_compare"), t(4, "b", "swap_args"), t(5, "c", "")]
+    got = select_tasks(tasks, DataConfig(hint_level=3, modifiers=["swap_args"], max_tasks_per_project=1))
+    assert [x.instance_id for x in got] == ["a__1__swap_args__0", "b__1__swap_args__4"]
+    assert [x.problem_statement for x in got] == ["l3 0", "l3 4"]
+    assert len(select_tasks(tasks, DataConfig(max_tasks=4))) == 4
+    assert len(select_tasks(tasks, DataConfig(modifiers=["swap_args", "flip_compare"]))) == 5
