@@ -382,6 +382,7 @@ class Store:
 
         Directory markers go first, so no reader trusts a directory while its files vanish.
         Deleting something absent is not an error: restarts call this on half-written state.
+        Unfinished S3 uploads under `prefix` go too, as a dead writer's temp files do on file://.
         """
         prefix = _clean_key(prefix)  # an empty prefix (the whole store) is refused on purpose
         keys = self.ls(prefix)
@@ -394,7 +395,52 @@ class Store:
                 self.fs.rm(self._path(prefix), recursive=True)
 
         self._retry(f"delete {prefix}", remove)
+        self._abort_uploads(prefix)
         return len(keys)
+
+    def uploads_in_progress(self, prefix: str = "") -> list[str]:
+        """Keys under `prefix` with an unfinished S3 multipart upload ([] on file://).
+
+        Invisible to readers, but their parts are stored (and billed) until aborted.
+        """
+        return sorted({self._key_of(path) for path, _ in self._retry(
+            f"list uploads {prefix or '/'}", lambda: self._open_uploads(prefix))})
+
+    def _open_uploads(self, prefix: str) -> list[tuple[str, str]]:
+        """(object path, upload id) of the multipart uploads open under `prefix`, every page."""
+        if self.local:
+            return []
+        root = self._path(prefix)
+        bucket, _, key_prefix = root.partition("/")
+        found: list[tuple[str, str]] = []
+        page_args: dict[str, str] = {}
+        while True:
+            try:
+                page = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=key_prefix,
+                                       **page_args)
+            except FileNotFoundError:  # no bucket yet: nothing was ever uploaded
+                return []
+            for upload in page.get("Uploads", []):
+                key = upload["Key"]
+                if not key_prefix or key == key_prefix or key.startswith(key_prefix + "/"):
+                    found.append((f"{bucket}/{key}", upload["UploadId"]))
+            if not page.get("IsTruncated"):
+                return found
+            page_args = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+
+    def _abort_uploads(self, prefix: str) -> None:
+        """Abort the uploads a writer cut off mid-file left open (it could not: the server was
+        gone). Only for prefixes nobody is writing to, which put_dir and delete assume anyway."""
+
+        def abort() -> None:
+            for path, upload_id in self._open_uploads(prefix):
+                bucket, _, key = path.partition("/")
+                try:
+                    self.fs.abort_mpu(bucket, key, upload_id)
+                except FileNotFoundError:  # aborted by an earlier try whose reply was lost
+                    pass
+
+        self._retry(f"abort uploads under {prefix}", abort)
 
     def local_path(self, key: str) -> Path | None:
         """Where `key` lives on this machine's disk, for file:// stores; None for S3."""
@@ -439,6 +485,7 @@ class Store:
             self.put_file(src / rel, f"{key}/{rel}")
             total += (src / rel).stat().st_size
         self.put_json(f"{key}/{COMPLETE}", {"hash": digest, "files": files, "bytes": total})
+        self._abort_uploads(key)  # left open by put_file attempts that a storage outage cut off
         return digest
 
     def get_dir(self, key: str, local_dir: str | Path) -> Path:
