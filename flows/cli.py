@@ -249,7 +249,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     elif args.what == "rollout":
         from training.bench_rollout import bench_rollout
 
-        out = bench_rollout(cfg=cfg)
+        out = bench_rollout(model=cfg.rollout.model, env_cfg=cfg.environment, seed=cfg.seed, progress=True)
     else:
         from training.bench_train import bench_train
 

@@ -1,0 +1,36 @@
+"""`swerl bench {env,rollout,train}` call their benchmarks with arguments those accept (the
+benchmarks themselves are too slow for a unit test: each is replaced by a signature check)."""
+
+import inspect
+
+import pytest
+
+from flows import cli
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("what, module, names", [
+    ("rollout", "training.bench_rollout", ["bench_rollout"]),
+    ("train", "training.bench_train", ["bench_train"]),
+    ("env", None, None),
+])
+def test_bench_commands_bind_to_the_benchmarks(what, module, names, monkeypatch, capsys):
+    import importlib
+
+    targets = {"env": [("environments.bench_env", "bench_exec"), ("environments.bench_grading", "bench_grading")]}
+    pairs = targets.get(what) or [(module, n) for n in names]
+    called = []
+    for mod, name in pairs:
+        m = importlib.import_module(mod)
+        real = getattr(m, name)
+
+        def fake(*a, _real=real, _name=name, **kw):
+            inspect.signature(_real).bind(*a, **kw)  # raises TypeError on a bad call
+            called.append(_name)
+            return {"ok": True}
+
+        monkeypatch.setattr(m, name, fake)
+    monkeypatch.setattr(cli, "_tasks_with_images", lambda path: [object()])
+    assert cli.main(["bench", what, "--preset", "smoke"]) == 0
+    assert called == [n for _, n in pairs]
