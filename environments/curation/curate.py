@@ -4,7 +4,10 @@ Work is keyed by content hashes: a project's tasks are stored under
 `curation/synth/{name}-{version}/{cache_key}.json` (project spec + curation options + pipeline
 version), and a dataset's validation report under `curation/validation/{dataset hash}.json`. Re-running
 the same config therefore rebuilds nothing: it reads the per-project results, re-derives the
-same datasets (same content, same hash) and finds them already saved.
+same datasets (same content, same hash) and finds them already saved. Statements are written
+again from each task's stored evidence on every read, so a better statement writer changes the
+datasets without any test run; a result of an older pipeline version that `restate` knows is
+upgraded (one test run per task) instead of searched again.
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ from typing import Any, Callable, Literal
 
 from environments.curation.dataset import DatasetRef, counts, dataset_hash, save_dataset
 from environments.curation.projects import Project, check_disjoint, default_split, resolve
+from environments.curation.restate import UPGRADABLE, restate_project
 from environments.curation.splits import make_splits
-from environments.curation.synth import Interrupted, ProjectResult, SynthOptions, cache_key, synth_project
+from environments.curation.synth import (
+    SYNTH_VERSION, Interrupted, ProjectResult, SynthOptions, cache_key, describe, synth_project,
+)
 from environments.curation.validate import validate_tasks
 from environments.images import base_for, build_env_image
 from environments.records import TaskInstance
@@ -34,26 +40,43 @@ class CurationError(RuntimeError):
     """A project could not be curated at all (image build, its suite, the sandbox)."""
 
 
-def project_cache_key(project: Project, opts: SynthOptions) -> str:
-    return f"curation/synth/{project.name}-{project.version}/{cache_key(project, opts)}.json"
+def project_cache_key(project: Project, opts: SynthOptions, version: str = SYNTH_VERSION) -> str:
+    return f"curation/synth/{project.name}-{project.version}/{cache_key(project, opts, version)}.json"
+
+
+def load_result(store: Store, key: str) -> ProjectResult:
+    """A stored project result, its statements written again from the evidence it carries."""
+    saved = store.get_json(key)
+    evidence, sources = saved.get("evidence", {}), saved.get("test_sources", {})
+    tasks = [TaskInstance.from_dict(t) for t in saved["tasks"]]
+    tasks = [describe(t, evidence[t.instance_id], sources) if t.instance_id in evidence else t for t in tasks]
+    return ProjectResult(saved["project"], tasks, saved["stats"], evidence, sources)
+
+
+def save_result(store: Store, key: str, result: ProjectResult) -> None:
+    store.put_json(key, {"project": result.project, "stats": result.stats,
+                         "tasks": [t.to_dict() for t in result.tasks],
+                         "evidence": result.evidence, "test_sources": result.test_sources})
 
 
 def curate_project(project: Project, opts: SynthOptions, cfg: SwerlConfig, store: Store,
                    progress: Progress, stop: threading.Event | None = None) -> tuple[ProjectResult, bool]:
-    """One project's tasks: from the store when this exact work was done before."""
+    """One project's tasks: from the store when this exact work was done before, upgraded
+    when an older pipeline did it, else synthesised."""
     key = project_cache_key(project, opts)
     if store.exists(key):
-        saved = store.get_json(key)
-        return ProjectResult(saved["project"], [TaskInstance.from_dict(t) for t in saved["tasks"]],
-                             saved["stats"]), True
+        return load_result(store, key), True
+    old = next((k for k in (project_cache_key(project, opts, v) for v in UPGRADABLE) if store.exists(k)), None)
     spec = project.env_spec()
     t0 = time.monotonic()
     tag = build_env_image(spec, base_for(spec, progress), progress=lambda line: None)
     progress(f"[{project.key}] environment image {tag} ({time.monotonic() - t0:.0f} s)")
-    result = synth_project(project, tag, cfg.environment, opts, progress, stop)
-    result.stats["env_image_s"] = round(time.monotonic() - t0 - result.stats.get("seconds", 0), 1)
-    store.put_json(key, {"project": result.project, "stats": result.stats,
-                         "tasks": [t.to_dict() for t in result.tasks]})
+    if old:
+        result = restate_project(project, load_result(store, old), tag, cfg.environment, opts, progress, stop)
+    else:
+        result = synth_project(project, tag, cfg.environment, opts, progress, stop)
+        result.stats["env_image_s"] = round(time.monotonic() - t0 - result.stats.get("seconds", 0), 1)
+    save_result(store, key, result)
     return result, False
 
 

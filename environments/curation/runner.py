@@ -100,7 +100,8 @@ class ProjectRunner:
         self.write(f"{PLUGIN_DIR}/swerl_trace.py", plugin)
         self.plugin_ready = True
 
-    def _script(self, tests: list[str] | None, timeout: float, changed: list[str], env: dict[str, str]) -> str:
+    def _script(self, tests: list[str] | None, timeout: float, changed: list[str], env: dict[str, str],
+                verbose: bool = False) -> str:
         if tests is None:
             targets = " ".join(shlex.quote(p) for p in self.test_paths)
         elif self.by_file:
@@ -116,7 +117,8 @@ class ProjectRunner:
             lines.append(mutant_diffs_sh(changed))
         lines += [
             f"echo '{_TESTS}'",
-            f"{assigns} timeout -k 5 {timeout:g} {self.pytest_cmd} -p swerl_trace --tb=short {targets} "
+            f"{assigns} timeout -k 5 {timeout:g} {self.pytest_cmd} -p swerl_trace --tb=short "
+            f"{'-vv ' if verbose else ''}{targets} "
             "2>&1 < /dev/null",
             'echo "<<<swerl-rc $?>>>"',
         ]
@@ -127,8 +129,10 @@ class ProjectRunner:
         return "\n".join(lines) + "\n"
 
     def run_tests(self, tests: list[str] | None = None, timeout: float = 300.0,
-                  changed: list[str] | None = None, env: dict[str, str] | None = None) -> SuiteRun:
-        """Run `tests` (None = the whole suite) on the tree as it is now.
+                  changed: list[str] | None = None, env: dict[str, str] | None = None,
+                  verbose: bool = False) -> SuiteRun:
+        """Run `tests` (None = the whole suite) on the tree as it is now; `verbose` (-vv) makes
+        pytest print compared values whole instead of cut at 30 characters (for statements).
 
         With `changed` (files a mutant wrote): the bug and gold diffs are read first, the
         failing tests' parameters after, and the files are reverted, all in one sandbox call.
@@ -137,7 +141,7 @@ class ProjectRunner:
             self.install_plugin()
         changed = changed or []
         t0 = time.monotonic()
-        res = self.sb.run(self._script(tests, timeout, changed, env or {}), timeout=timeout + 60)
+        res = self.sb.run(self._script(tests, timeout, changed, env or {}, verbose), timeout=timeout + 60)
         out = res.output
         if _TESTS not in out:
             raise RunnerError(f"test script failed before the tests ran (rc={res.exit_code}, timed out: "
@@ -163,7 +167,7 @@ class ProjectRunner:
         if (tests is not None and not self.by_file and code == NOT_FOUND_EXIT
                 and "not found" in log and not run.status):
             self.by_file = True  # some node id is not addressable: select whole files instead
-            return self.run_tests(tests, timeout, changed, env)
+            return self.run_tests(tests, timeout, changed, env, verbose)
         return run
 
     # ------------------------------------------------------------------ files
@@ -173,16 +177,31 @@ class ProjectRunner:
     def write(self, path: str, text: str) -> None:
         self.sb.write_file(path, text)
 
-    def try_mutant(self, new_sources: dict[str, str], tests: list[str] | None, timeout: float) -> SuiteRun:
+    def try_mutant(self, new_sources: dict[str, str], tests: list[str] | None, timeout: float,
+                   verbose: bool = False) -> SuiteRun:
         """Write the mutated files, run `tests`, read the diffs, revert: one mutant, one call
         for the writes and one for the rest."""
         for path, text in new_sources.items():
             self.write(path, text)
         try:
-            return self.run_tests(tests, timeout, changed=sorted(new_sources))
+            return self.run_tests(tests, timeout, changed=sorted(new_sources), verbose=verbose)
         except BaseException:
             self.sb.run("git checkout -q -- " + " ".join(shlex.quote(p) for p in new_sources), timeout=60)
             raise
+
+    def patched_sources(self, patch: str) -> dict[str, str]:
+        """The files `patch` changes, as they read with it applied; the tree is left as it was.
+        (What `try_mutant` takes, for a bug known only as a diff: a cached task's.)"""
+        files = sorted({line[6:] for line in patch.splitlines() if line.startswith("+++ b/")})
+        quoted = " ".join(shlex.quote(f) for f in files)
+        self.write("/tmp/swerl-known.patch", patch if patch.endswith("\n") else patch + "\n")
+        res = self.sb.run("cd /testbed && git apply --whitespace=nowarn /tmp/swerl-known.patch", timeout=60)
+        if res.exit_code != 0:
+            raise RunnerError(f"the patch does not apply to {files}: {res.output[-500:]}")
+        try:
+            return {f: self.read(f) for f in files}
+        finally:
+            self.sb.run(f"cd /testbed && git checkout -q -- {quoted}", timeout=60)
 
     def list_files(self) -> list[str]:
         """Tracked files of the base tree (git knows exactly what the project ships)."""
@@ -203,7 +222,8 @@ class ProjectRunner:
         except (FileNotFoundError, json.JSONDecodeError) as e:
             raise RunnerError(f"the trace plugin wrote no result ({e}); log tail: {run.log[-1500:]}") from e
         calls = {test: [(p, int(line)) for p, line in keys] for test, keys in raw["calls"].items()}
-        return Trace(calls, {k: float(v) for k, v in raw["durations"].items()}, run.duration_s)
+        return Trace(calls, {k: float(v) for k, v in raw["durations"].items()}, run.duration_s,
+                     {k: list(v) for k, v in raw.get("timing", {}).items()})
 
 
 @dataclass
@@ -211,6 +231,7 @@ class Trace:
     calls: dict[str, list[tuple[str, int]]]  # node id -> [(file, first line)] of called functions
     durations: dict[str, float]  # node id -> seconds (setup + call + teardown), under the tracer
     wall_s: float  # the whole traced run, start-up and collection included
+    timing: dict[str, list[str]] = field(default_factory=dict)  # node id -> socket/thread/subprocess/sleep
 
     def run_time(self, tests: list[str]) -> float:
         """Expected seconds for running `tests` alone (untraced runs are faster; this is a bound)."""
@@ -226,10 +247,19 @@ class Baseline:
     flaky: list[str]  # passed in some runs only
     failing: list[str]  # never passed (network, environment, already broken)
     durations: list[float] = field(default_factory=list)
+    timing: list[str] = field(default_factory=list)  # passed every run, but depend on the scheduler
 
     @property
     def duration_s(self) -> float:
         return max(self.durations) if self.durations else 0.0
+
+    def without_timing(self, trace: "Trace") -> "Baseline":
+        """The same baseline with the tests the trace saw using sockets, threads, subprocesses
+        or sleep moved out of `tests`: passing N quiet runs says little about a loaded machine,
+        and a task may only name tests whose verdict is the code's, not the scheduler's."""
+        timing = {t for t in self.tests if trace.timing.get(t)}
+        return Baseline([t for t in self.tests if t not in timing], self.flaky, self.failing,
+                        self.durations, sorted(timing))
 
 
 def is_test_file(path: str) -> bool:

@@ -1,33 +1,42 @@
 """Problem statements written the way a user reports a bug, from what the failing tests show.
 
-Everything in a statement comes from the *test side*: the assertion pytest printed (observed vs
-expected), the failing test's own code as a reproduction, the test names. Library frames and the
+A statement is a title line, a sentence of context, a short reproduction (`repro.build`: the
+failing test's calls, its assertions turned into printed values with the expectation in a
+comment), and what happened against what was expected, in prose. Everything comes from the
+*test side*: pytest's report of the failure and the test's own code. Library frames and the
 mutated line are never quoted, so the statement says what is wrong, not where the fix is; only
 hint level 3 names the file and function.
 
 Hint levels (`meta["hint_level"]`, all four variants in `meta["statements"]`):
-  0  behaviour only: what happens and what was expected
-  1  + a reproduction snippet built from the failing test
+  0  title and behaviour only: what happens and what was expected
+  1  + the reproduction script
   2  + the failing tests' ids
   3  + the file and function to look at
 """
 
 from __future__ import annotations
 
-import ast
 import random
 import re
-import textwrap
 from dataclasses import dataclass, field
 
 from environments.curation.pytest_output import Failure
+from environments.curation.repro import Repro, build
 
-MAX_SNIPPET_LINES = 25
+MAX_SNIPPET_LINES = 40  # a longer reproduction is left out (hint level 1 is then level 0)
 MAX_MESSAGE_LINES = 12
+MAX_LINE = 300  # a message line is cut here (pytest -vv prints compared values whole)
+MAX_EQ_VALUE = 1000  # longer compared values are not worth quoting
 MAX_TESTS_NAMED = 5
+MAX_VALUE = 80  # longer observed / expected values go in a code block, not inline
+MAX_TITLE_VALUE = 40  # longer ones are not repeated in the title
 HINT_LEVELS = (0, 1, 2, 3)
 
-_EQ = re.compile(r"^(?:AssertionError: )?assert (.+?) == (.+)$")
+_EQ = re.compile(r"^(?:AssertionError: )?assert (.+?) (?:==|is) (.+)$")
+_UNITTEST_EQ = re.compile(r"^AssertionError: (?:\w+ differ: )?(.+?) != (.+)$")
+_NOT_RAISED = (re.compile(r"^Failed: DID NOT (?:RAISE|WARN) (?:<class '([\w.]+)'>|(.+))"),
+               re.compile(r"^AssertionError: (\w+) not (?:raised|triggered)"))
+
 _OPENINGS = (
     "I think I found a bug in {project}.",
     "Something is off in {project} {version}.",
@@ -35,20 +44,20 @@ _OPENINGS = (
     "I ran into what looks like a regression in {project}.",
     "There seems to be a bug in {project} {version}.",
 )
-_OBSERVED_EQ = (
-    "I get `{got}`, but I expected `{want}`.",
-    "The result is `{got}` where it should be `{want}`.",
-    "It returns `{got}` instead of `{want}`.",
+_REPRO = (
+    "To reproduce:\n\n```python\n{code}\n```",
+    "Minimal example:\n\n```python\n{code}\n```",
+    "Here is what I run:\n\n```python\n{code}\n```",
 )
-_OBSERVED_ERR = (
+_GOT_WANT = (
+    "I get {got}, but I expected {want}.",
+    "The result is {got} where it should be {want}.",
+    "It returns {got} instead of {want}.",
+)
+_ERROR = (
     "It fails with:\n\n```\n{message}\n```",
     "This is what I see:\n\n```\n{message}\n```",
     "Instead of working, it gives:\n\n```\n{message}\n```",
-)
-_REPRO = (
-    "To reproduce:\n\n```python\n{snippet}\n```",
-    "Minimal example:\n\n```python\n{snippet}\n```",
-    "Here is what I run:\n\n```python\n{snippet}\n```",
 )
 
 
@@ -56,124 +65,190 @@ _REPRO = (
 class FailedTest:
     test_id: str  # pytest node id
     failure: Failure | None
-    source: str | None = None  # the test module's source, for the reproduction snippet
+    source: str | None = None  # the test module's source, for the reproduction
     params: dict[str, str] = field(default_factory=dict)  # parametrize name -> repr(value)
+    sources: dict[str, str] = field(default_factory=dict)  # other test files, by path
 
     @property
     def path(self) -> str:
         return self.test_id.split("::", 1)[0]
 
+    def code_path(self) -> str:
+        """The file the test's code is in: its own, or the module of a mixin class it inherits
+        (the traceback's frame of the test function says which)."""
+        name = self.test_id.rsplit("::", 1)[-1].split("[", 1)[0]
+        frames = self.failure.frames if self.failure else []
+        return next((f.path for f in frames if f.function == name), self.path)
 
-def _test_function(module: ast.Module, test_id: str) -> ast.FunctionDef | None:
-    """The function a node id names (`path::Class::test[param]`)."""
-    parts = test_id.split("::")[1:]
-    if not parts:
-        return None
-    parts[-1] = parts[-1].split("[", 1)[0]
-    scope: list[ast.stmt] = module.body
-    for i, name in enumerate(parts):
-        found = next((n for n in scope if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                      and n.name == name), None)
-        if found is None:
+    def repro(self) -> Repro | None:
+        path = self.code_path()
+        source = self.source if path == self.path else self.sources.get(path)
+        if not source:
             return None
-        if i == len(parts) - 1:
-            return found if isinstance(found, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
-        if not isinstance(found, ast.ClassDef):
-            return None
-        scope = found.body
-    return None
-
-
-def _used_imports(module: ast.Module, source: str, names: set[str]) -> list[str]:
-    out = []
-    for node in module.body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound = {(a.asname or a.name).split(".")[0] for a in node.names}
-            if bound & names:
-                out.append(ast.get_source_segment(source, node) or "")
-    return [line for line in out if line]
+        frames = [(f.function, f.line) for f in self.failure.frames if f.path == path] if self.failure else []
+        return build(source, self.test_id, frames, self.params)
 
 
 def reproduction(test: FailedTest) -> str | None:
-    """The failing test's body up to the line that failed, with the imports it uses."""
-    if not test.source:
-        return None
-    try:
-        module = ast.parse(test.source)
-    except SyntaxError:
-        return None
-    func = _test_function(module, test.test_id)
-    if func is None or not func.body:
-        return None
-    lines = test.source.splitlines()
-    first = func.body[0]
-    if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) and len(func.body) > 1:
-        first = func.body[1]  # skip the docstring
-    last = func.body[-1].end_lineno or first.lineno
-    path = test.path
-    if test.failure:  # stop at the line that failed, when the traceback points into this test
-        fail_lines = [f.line for f in test.failure.frames if f.path == path and first.lineno <= f.line <= last]
-        if fail_lines:
-            stmt = next((s for s in ast.walk(func) if isinstance(s, ast.stmt) and s is not func
-                         and s.lineno <= fail_lines[0] <= (s.end_lineno or s.lineno)
-                         and not isinstance(s, (ast.With, ast.For, ast.While, ast.If, ast.Try))), None)
-            last = (stmt.end_lineno if stmt else fail_lines[0]) or last
-    body = textwrap.dedent("\n".join(lines[first.lineno - 1: last]))
-    body_lines = body.splitlines()
-    if len(body_lines) > MAX_SNIPPET_LINES:
-        body_lines = ["..."] + body_lines[-MAX_SNIPPET_LINES:]
-    names = {n.id for stmt in func.body for n in ast.walk(stmt) if isinstance(n, ast.Name)}
-    imports = _used_imports(module, test.source, names)
-    # a parametrised test's arguments become assignments, so the snippet runs on its own
-    args = [a.arg for a in func.args.args if a.arg in test.params and a.arg in names]
-    assigns = [f"{a} = {test.params[a]}" for a in args]
-    head = imports + ([""] if imports else []) + assigns
-    return "\n".join(head + body_lines).strip("\n")
+    """The script of `test`'s reproduction (None when its code cannot be read)."""
+    r = test.repro()
+    return r.code if r else None
 
 
-def _actual_on_right(failure: Failure, test_path: str) -> bool:
-    """`assert expected == f(x)`: the side that calls something is the observed value."""
-    for frame in reversed(failure.frames):
-        if frame.path != test_path:
-            continue
-        code = " ".join(line.strip() for line in frame.code)
-        try:
-            node = ast.parse(code).body[0]
-        except (SyntaxError, IndexError):
-            return False
-        if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1:
-            calls = [any(isinstance(n, ast.Call) for n in ast.walk(side))
-                     for side in (node.test.left, node.test.comparators[0])]
-            return calls == [False, True]
-        return False
-    return False
+@dataclass
+class Observation:
+    """What the failing step showed: `kind` is "eq" (got / want values), "not_raised" (want =
+    the exception), "error" (message), or "wrong" (an assertion without values)."""
+
+    kind: str
+    got: str = ""
+    want: str = ""
+    message: str = ""
 
 
-def observed(failure: Failure | None, test_path: str = "") -> tuple[str, dict[str, str]]:
-    """("eq", {got, want}) when pytest showed an equality, else ("error", {message})."""
+_LOCALS = re.compile(r"\btest_\w*\.<locals>\.")  # `test_x.<locals>.f`: names the test, says nothing
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _message(failure: Failure) -> str:
+    lines = [_cut(_LOCALS.sub("", line), MAX_LINE) for line in failure.error_lines if line.strip()]
+    return "\n".join(lines[:MAX_MESSAGE_LINES] + (["..."] if len(lines) > MAX_MESSAGE_LINES else []))
+
+
+def _untruncated(lines: list[str], left: str, right: str) -> tuple[str, str]:
+    """pytest shortens long strings in `assert 'abc...xyz' == ...` and shows them whole in
+    the diff under it (`- right`, `+ left`): take them from there when it is one line each."""
+    if "..." not in left + right or not (left[:1] in "'\"" and right[:1] in "'\""):
+        return left, right
+    minus = [ln[4:] for ln in lines if ln.startswith("  - ")]
+    plus = [ln[4:] for ln in lines if ln.startswith("  + ")]
+    if len(minus) == 1 and len(plus) == 1:
+        return repr(plus[0]), repr(minus[0])
+    return left, right
+
+
+def observe(failure: Failure | None, repro: Repro | None) -> Observation:
+    """Read pytest's report of the failure, oriented by the reproduction's observed side."""
     if failure is None:
-        return "error", {"message": "the check fails"}
-    for line in failure.error_lines:
-        m = _EQ.match(line.strip())
-        if m and len(m.group(1)) < 200 and len(m.group(2)) < 200:
-            got, want = m.group(1), m.group(2)
-            if _actual_on_right(failure, test_path):
-                got, want = want, got
-            return "eq", {"got": got, "want": want}
-    lines: list[str] = []
-    for line in failure.error_lines:  # chained exceptions repeat their message: keep it once
-        if line.strip() and line not in lines:
-            lines.append(line)
-    lines = lines[:MAX_MESSAGE_LINES]
-    return "error", {"message": "\n".join(lines) or failure.exc_type or "the check fails"}
+        return Observation("wrong")
+    first = failure.error_lines[0].strip() if failure.error_lines else ""
+    for pattern in _NOT_RAISED:
+        m = pattern.match(first)
+        if m:
+            return Observation("not_raised", want=next(g for g in m.groups() if g))
+    if failure.exc_type == "AssertionError":
+        for line in failure.error_lines[:3]:
+            m = _EQ.match(line.strip()) or _UNITTEST_EQ.match(line.strip())
+            if m and len(m.group(1)) <= MAX_EQ_VALUE and len(m.group(2)) <= MAX_EQ_VALUE:
+                got, want = _untruncated(failure.error_lines, m.group(1), m.group(2))
+                if repro is not None and not repro.actual_first:
+                    got, want = want, got
+                return Observation("eq", got, want)
+        return Observation("wrong", message=_message(failure))
+    return Observation("error", message=_message(failure) or failure.exc_type)
 
 
-def _representative(tests: list[FailedTest]) -> FailedTest:
-    """An equality assertion reads best; then a test whose code we can show; then any."""
-    def score(t: FailedTest) -> tuple[int, int, str]:
-        kind, _ = observed(t.failure, t.path)
-        return (0 if kind == "eq" else 1, 0 if t.source else 1, t.test_id)
-    return min(tests, key=score)
+def _code(value: str) -> str:
+    return f"`{value}`" if "`" not in value else f"``{value}``"
+
+
+def title(obs: Observation, repro: Repro | None, project: str) -> str:
+    """One line naming the call and the symptom, like an issue title."""
+    call = f"`{repro.call}`" if repro and repro.call else None
+    # what the failing step evaluates (`dur1 - dur2`), else the library call it makes
+    step = repro.observed if repro and repro.observed and re.search(r"\W", repro.observed) else None
+    subject = f"`{step}`" if step else call or project
+    if obs.kind == "eq" and repro and repro.indirect and call:  # what the step returns is not what failed
+        return f"{call} passes `{_cut(obs.got, MAX_TITLE_VALUE)}` where `{_cut(obs.want, MAX_TITLE_VALUE)}` is expected"
+    if obs.kind == "eq" and obs.got == obs.want:
+        return f"{subject} returns a value that is not equal to the expected one"
+    if obs.kind in ("eq", "wrong") and call and repro and not repro.observed_code \
+            and not (obs.kind == "eq" and len(obs.got) <= MAX_TITLE_VALUE and len(obs.want) <= MAX_TITLE_VALUE):
+        subject = call  # `excinfo.args[0]` says less than the call that produced it
+    returns = subject == call or bool(repro and repro.observed_call)
+    if obs.kind == "eq" and len(obs.got) <= MAX_TITLE_VALUE and len(obs.want) <= MAX_TITLE_VALUE:
+        return f"{subject} {'returns' if returns else 'is'} {_code(obs.got)} instead of {_code(obs.want)}"
+    if obs.kind == "eq" or obs.kind == "wrong":
+        if subject == project:
+            return f"Wrong result from {project}"
+        return f"{subject} returns a wrong result" if returns else f"{subject} is not what it should be"
+    if obs.kind == "not_raised":
+        return f"{subject} does not raise {obs.want}"
+    first = obs.message.splitlines()[0] if obs.message else ""
+    exc = first.split(":", 1)[0].strip()
+    if re.fullmatch(r"[\w.]+\.[A-Z]\w*", exc):  # `marshmallow.exceptions.ValidationError`
+        exc = exc.rsplit(".", 1)[1]
+    exc = _cut(exc, 60) or "an error"
+    return f"{subject} raises {exc}" if subject != project else f"{exc} in {project}"
+
+
+def behaviour(obs: Observation, repro: Repro | None, rng: random.Random) -> str:
+    """Observed against expected, in prose."""
+    want = repro.expected if repro else None
+    if obs.kind == "eq":
+        if obs.got == obs.want:  # equal reprs, unequal values
+            return (f"It returns {_code(obs.got)}, which prints like the expected value but does not "
+                    f"compare equal to it.")
+        if max(len(obs.got), len(obs.want)) <= MAX_VALUE:
+            return rng.choice(_GOT_WANT).format(got=_code(obs.got), want=_code(obs.want))
+        return f"I get:\n\n```\n{obs.got}\n```\n\nbut I expected:\n\n```\n{obs.want}\n```"
+    if obs.kind == "not_raised":
+        return f"I expected it to raise `{obs.want}`, but nothing is raised."
+    if obs.kind == "error":
+        text = rng.choice(_ERROR).format(message=obs.message)
+        if repro and repro.raises:
+            return f"I expected `{repro.raises}`, but it fails differently:\n\n```\n{obs.message}\n```"
+        if want and len(want) <= MAX_VALUE:
+            return text + f"\n\nI expected it to return `{want}`."
+        return text
+    # an assertion that failed without an equality: say what pytest showed, in words
+    said = _assertion_prose(obs.message)
+    if want and len(want) <= MAX_VALUE:
+        return f"I expected {_code(want)}, but that is not what I get." + (f" {said}" if said else "")
+    return said or "It does not give the result I expect (see the comment in the example)."
+
+
+_WHERE = re.compile(r"^\s*\+\s+where (.+?) = (.+)$")
+_COMPARE = re.compile(r"^assert (.+?) (not in|in|is not|is|!=|<=|>=|<|>) (.+)$")
+
+
+def _assertion_prose(message: str) -> str:
+    """pytest's report of a failed `assert` (`assert False` / `+ where False = f(x)`, `assert
+    'a' in 'xyz'`) as a sentence; "" when it is not one of those."""
+    lines = message.splitlines()
+    first = lines[0].removeprefix("AssertionError: ") if lines else ""
+    if first == "Regex pattern did not match.":  # pytest.raises(..., match=...)
+        said = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+        if "Expected regex" in said and "Actual message" in said:
+            return (f"It raises, but with the message {_cut(said['Actual message'], MAX_VALUE)}, which does not "
+                    f"match {_cut(said['Expected regex'], MAX_VALUE)}.")
+    where = [m.groups() for m in map(_WHERE.match, lines[1:]) if m]
+    m = re.match(r"^assert (not )?(.+)$", first)
+    if m and where and where[0][0] == m.group(2):
+        value, expr = where[0]
+        hope = "a false value" if m.group(1) else "a true value"
+        return f"`{_cut(expr, MAX_VALUE)}` gives `{_cut(value, MAX_VALUE)}`, where I expected {hope}."
+    m = _COMPARE.match(first)
+    if m:
+        a, op, b = (_cut(x, MAX_VALUE) for x in m.groups())
+        return {"in": f"`{a}` is not in `{b}`.", "not in": f"`{a}` is in `{b}`, though it should not be.",
+                "is": f"I get `{a}` where I expected `{b}`.", "is not": f"Both are `{a}`.",
+                "!=": f"Both are `{a}`, though they should differ."}.get(op, f"`{a} {op} {b}` does not hold.")
+    return ""
+
+
+def _score(test: FailedTest) -> tuple[int, int, int, int, str]:
+    """Prefer a failure that shows values, with a reproduction that runs on its own (no
+    fixture or helper it cannot define), a short one."""
+    repro = test.repro()
+    obs = observe(test.failure, repro)
+    rank = {"eq": 0, "not_raised": 1, "error": 2, "wrong": 3}[obs.kind]
+    if repro is None:
+        return (rank, 1, 1, 10_000, test.test_id)
+    return (rank, 0 if repro.call else 1, len(repro.undefined), len(repro.code.splitlines()), test.test_id)
 
 
 def statements(project: str, version: str, tests: list[FailedTest], where: list[tuple[str, str]],
@@ -181,14 +256,15 @@ def statements(project: str, version: str, tests: list[FailedTest], where: list[
     """The four hint-level variants of one bug report (the same wording at every level);
     `where` lists the (file, function) pairs that level 3 names."""
     rng = random.Random(seed)
-    main = _representative(tests)
-    kind, values = observed(main.failure, main.path)
-    parts0 = [rng.choice(_OPENINGS).format(project=project, version=version)]
-    parts0.append(rng.choice(_OBSERVED_EQ if kind == "eq" else _OBSERVED_ERR).format(**values))
-    snippet = reproduction(main)
+    main = min([t for t in tests if t.failure] or tests, key=_score)
+    repro = main.repro()
+    obs = observe(main.failure, repro)
+    head = [title(obs, repro, project), rng.choice(_OPENINGS).format(project=project, version=version)]
+    said = behaviour(obs, repro, rng)
+    parts0 = head + [said]
     parts1 = list(parts0)
-    if snippet:
-        parts1.insert(1, rng.choice(_REPRO).format(snippet=snippet))
+    if repro and repro.code and len(repro.code.splitlines()) <= MAX_SNIPPET_LINES:
+        parts1 = head + [rng.choice(_REPRO).format(code=repro.code), said]
     named = [t.test_id for t in tests][:MAX_TESTS_NAMED]
     more = len(tests) - len(named)
     tests_line = ("These tests fail: " + ", ".join(f"`{t}`" for t in named)

@@ -6,16 +6,20 @@ For one project at a pinned version, inside ONE long-lived sandbox of its enviro
    by a task (tests needing the network fail here: the sandbox has none);
 2. run it once more under a profile hook (`trace_plugin`): which project functions each test
    calls. Functions called at import/collection time are left alone (a bug there would change
-   every test), the others are mutation targets and their callers are the tests to run;
+   every test), the others are mutation targets and their callers are the tests to run. Tests
+   the hook saw opening sockets, starting threads or subprocesses, or sleeping are not named
+   either: they pass on a quiet machine and can fail on a loaded one, under the gold patch;
 3. propose mutants of those functions (`mutators`) in a seeded order that spreads over
    functions, and for each: apply, clear bytecode, run the calling tests with a timeout,
    revert. Keep it only when some test fails, no more than `max_failing_share` of the suite
-   fails, the failures are not merely ImportError/AttributeError/NameError, nothing fails to
+   fails, the failures are not (nearly all) ImportError/AttributeError/NameError, nothing fails to
    collect, and the same tests fail in every rerun; then run the whole suite once with the bug
    so FAIL_TO_PASS / PASS_TO_PASS are exact;
 4. write the task: gold patch = the revert diff, `meta["bug_patch"]` = the bug (the instance
    image applies it and resets history), statements at every hint level, and the commit hash
-   the instance image will have.
+   the instance image will have. The failures the statement is written from are kept as the
+   task's evidence (with the test files), so `describe` can rewrite statements later without
+   running anything.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Callable
 
 from environments.curation.mutators import Mutation, apply_mutations, find_mutations, still_parses
 from environments.curation.projects import Project
-from environments.curation.pytest_output import failures_by_test
+from environments.curation.pytest_output import failure_report, failures_by_test, parse_failures
 from environments.curation.runner import (
     Baseline, ProjectRunner, RunnerError, SuiteRun, Trace, baseline, is_test_file,
 )
@@ -42,10 +46,12 @@ from swerl.config import DataConfig, EnvironmentConfig
 
 Progress = Callable[[str], None]
 TRIVIAL_ERRORS = {"ImportError", "ModuleNotFoundError", "AttributeError", "NameError", "UnboundLocalError"}
+TRIVIAL_SHARE = 0.8  # this share of trivial failures makes a mutant trivial (`is_trivial`)
 OUTSIDE_TESTS = ("<import>", "<between>")
-PYTEST_DONE = (0, 1)
-MAX_RUNNER_ERRORS = 5  # consecutive unreadable runs before the project is given up  # pytest's exit codes for "ran everything" (all passed / some failed)
-SYNTH_VERSION = "2"  # bump when the pipeline's output for the same inputs changes
+PYTEST_DONE = (0, 1)  # pytest's exit codes for "ran everything" (all passed / some failed)
+MAX_RUNNER_ERRORS = 5  # consecutive unreadable runs before the project is given up
+MAX_EVIDENCE_TESTS = 10  # failures kept per task to write its statement from
+SYNTH_VERSION = "3"  # bump when the pipeline's output for the same inputs changes
 
 
 @dataclass
@@ -67,10 +73,13 @@ class SynthOptions:
 
     @classmethod
     def from_config(cls, data: DataConfig, **overrides) -> "SynthOptions":
-        return cls(max_tasks=data.max_tasks_per_project, determinism_runs=data.determinism_runs,
-                   max_failing_share=data.max_failing_share, max_patch_files=data.max_patch_files,
-                   max_patch_lines=data.max_patch_lines, hint_level=data.hint_level, seed=data.seed,
-                   **overrides)
+        """`data.hint_level` is not among them: every level's statement is stored and the run
+        picks one when it loads the tasks, so a curriculum change is not a new dataset."""
+        fields = dict(max_tasks=data.max_tasks_per_project, determinism_runs=data.determinism_runs,
+                      max_failing_share=data.max_failing_share, max_patch_files=data.max_patch_files,
+                      max_patch_lines=data.max_patch_lines, seed=data.seed,
+                      time_budget_s=data.synth_time_budget_s, full_suite_check=data.full_suite_check)
+        return cls(**(fields | overrides))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -81,6 +90,40 @@ class ProjectResult:
     project: str  # name==version
     tasks: list[TaskInstance]
     stats: dict = field(default_factory=dict)
+    evidence: dict[str, dict] = field(default_factory=dict)  # instance id -> evidence()
+    test_sources: dict[str, str] = field(default_factory=dict)  # test file -> source, for statements
+
+
+def evidence(run: SuiteRun, failing: list[str]) -> dict:
+    """What a task's statement is written from: pytest's report of (the first few of) its
+    failing tests, and their parameters."""
+    shown = failing[:MAX_EVIDENCE_TESTS]
+    return {"log": failure_report(run.log, shown), "params": {t: run.params[t] for t in shown if t in run.params}}
+
+
+def evidence_files(ev: dict, tests: list[str]) -> set[str]:
+    """The test files a statement may read: those of the failing tests, and test files their
+    tracebacks went through (a mixin class's module, a helper's)."""
+    paths = {t.split("::", 1)[0] for t in tests[:MAX_EVIDENCE_TESTS]}
+    for failure in parse_failures(ev.get("log", "")).values():
+        paths |= {f.path for f in failure.frames if not f.path.startswith(("/", "<")) and is_test_file(f.path)}
+    return paths
+
+
+def describe(task: TaskInstance, ev: dict, test_sources: dict[str, str]) -> TaskInstance:
+    """Write the task's statements (every hint level) from its evidence. Pure: a better
+    statement writer applies to cached tasks without running their tests again."""
+    details = failures_by_test(ev.get("log", ""), task.FAIL_TO_PASS)
+    params = ev.get("params", {})
+    failed = [FailedTest(t, details.get(t), test_sources.get(t.split("::", 1)[0]), params.get(t, {}), test_sources)
+              for t in task.FAIL_TO_PASS]
+    seed = int(hashlib.sha256(task.instance_id.encode()).hexdigest()[:8], 16)
+    where = [(m["path"], m["function"]) for m in task.meta["mutations"]]
+    texts = statements(task.meta["project"], task.version, failed, where, seed=seed)
+    task.problem_statement = texts[task.meta["hint_level"]]
+    task.meta["statements"] = {str(k): v for k, v in texts.items()}
+    task.meta["failure_types"] = sorted({d.exc_type for d in details.values() if d.exc_type})
+    return task
 
 
 # ---------------------------------------------------------------------------- candidates
@@ -195,11 +238,19 @@ def judge(run: SuiteRun, tests: list[str], n_kept: int, opts: SynthOptions) -> t
         return "no_failure", failing
     if len(failing) > opts.max_failing_share * n_kept:
         return "too_many_failures", failing
-    details = failures_by_test(run.log, sorted(failing))
-    types = {details[t].exc_type if t in details else "" for t in failing}
-    if types <= TRIVIAL_ERRORS:
+    if is_trivial(run, failing):
         return "trivial_error", failing
     return "ok", failing
+
+
+def is_trivial(run: SuiteRun, failing: set[str]) -> bool:
+    """The failures are (nearly all) ImportError-like at their root: a broken name, not a
+    wrong behaviour, and the error message says where the fix is. "Nearly": one test that
+    asserts on a mock's call must not make a ModuleNotFoundError mutant a behaviour bug.
+    Failures whose type cannot be read do not count either way."""
+    details = failures_by_test(run.log, sorted(failing))
+    causes = [d.cause_type for d in details.values() if d.cause_type]
+    return bool(causes) and sum(c in TRIVIAL_ERRORS for c in causes) >= TRIVIAL_SHARE * len(causes)
 
 
 def patch_size(patch: str) -> tuple[int, int]:
@@ -223,6 +274,7 @@ class ProjectSynth:
         self.stop = stop or threading.Event()
         self.sources: dict[str, str] = {}
         self.test_sources: dict[str, str | None] = {}
+        self.evidence: dict[str, dict] = {}
         self.reasons: Counter = Counter()
         self.base: Baseline | None = None
         self.trace: Trace | None = None
@@ -238,13 +290,14 @@ class ProjectSynth:
 
     def setup(self, suite_timeout: float) -> dict[tuple[str, int], set[str]]:
         t0 = time.monotonic()
-        self.base = baseline(self.runner, self.opts.determinism_runs, suite_timeout)
-        if not self.base.tests:
+        base = baseline(self.runner, self.opts.determinism_runs, suite_timeout)
+        if not base.tests:
             raise RunnerError(f"{self.project.key}: no test passes deterministically")
+        self.trace = self.runner.trace(None, max(suite_timeout, 10 * base.duration_s + 30))
+        self.base = base.without_timing(self.trace)
         self.progress(f"[{self.project.key}] baseline: {len(self.base.tests)} deterministic passes, "
-                      f"{len(self.base.flaky)} flaky, {len(self.base.failing)} failing "
-                      f"({self.base.duration_s:.1f} s per run)")
-        self.trace = self.runner.trace(None, max(suite_timeout, 10 * self.base.duration_s + 30))
+                      f"{len(self.base.timing)} timing-dependent, {len(self.base.flaky)} flaky, "
+                      f"{len(self.base.failing)} failing ({self.base.duration_s:.1f} s per run)")
         callers = callers_by_function(self.trace.calls, set(self.base.tests))
         self.progress(f"[{self.project.key}] traced {len(callers)} functions called by tests "
                       f"in {time.monotonic() - t0:.0f} s")
@@ -276,7 +329,7 @@ class ProjectSynth:
         for i in range(reruns):
             full = self.opts.full_suite_check and i == reruns - 1
             tests = None if full else cand.tests
-            final = self.runner.try_mutant(new, tests, self.timeout_for(tests))
+            final = self.runner.try_mutant(new, tests, self.timeout_for(tests), verbose=i == reruns - 1)
             again, failing2 = judge(final, self.base.tests if full else cand.tests, n_kept, self.opts)
             if again != "ok":
                 return ("full_suite_" if full else "rerun_") + again, None, failing2
@@ -298,18 +351,16 @@ class ProjectSynth:
         assert self.base is not None
         p, opts = self.project, self.opts
         failing = sorted(f2p)
-        details = failures_by_test(run.log, failing)
-        failed = [FailedTest(t, details.get(t), self.test_source(t.split("::", 1)[0]), run.params.get(t, {}))
-                  for t in failing]
         iid = f"{p.name}__{p.version}__{cand.kind}__{cand.key}"
-        seed = int(hashlib.sha256(iid.encode()).hexdigest()[:8], 16)
-        texts = statements(p.name, p.version, failed, [(m.path, m.function) for m in cand.mutations], seed=seed)
+        self.evidence[iid] = evidence(run, failing)
+        for path in evidence_files(self.evidence[iid], failing):
+            self.test_source(path)
         spec = p.env_spec()
-        return TaskInstance(
+        task = TaskInstance(
             instance_id=iid,
             repo=f"pypi/{p.name}",
             base_commit=run.head,
-            problem_statement=texts[opts.hint_level],
+            problem_statement="",
             patch=run.gold_patch,
             test_patch="",
             FAIL_TO_PASS=failing,
@@ -329,13 +380,15 @@ class ProjectSynth:
                 "files": cand.files,
                 "functions": sorted({m.function for m in cand.mutations}),
                 "hint_level": opts.hint_level,
-                "statements": {str(k): v for k, v in texts.items()},
-                "failure_types": sorted({d.exc_type for d in details.values() if d.exc_type}),
                 "validation": {"determinism_runs": opts.determinism_runs,
                                "full_suite_check": opts.full_suite_check,
                                "suite_size": len(self.base.tests)},
             },
         )
+        return describe(task, self.evidence[iid], self.sources_of_tests())
+
+    def sources_of_tests(self) -> dict[str, str]:
+        return {path: text for path, text in self.test_sources.items() if text is not None}
 
     def run(self, suite_timeout: float) -> ProjectResult:
         t0 = time.monotonic()
@@ -381,6 +434,7 @@ class ProjectSynth:
         stats = {
             "baseline_tests": len(self.base.tests) if self.base else 0,
             "flaky_tests": len(self.base.flaky) if self.base else 0,
+            "timing_tests": len(self.base.timing) if self.base else 0,
             "failing_tests": len(self.base.failing) if self.base else 0,
             "suite_s": round(self.base.duration_s, 2) if self.base else 0,
             "functions": len(callers),
@@ -394,7 +448,7 @@ class ProjectSynth:
             "seconds": round(time.monotonic() - t0, 1),
         }
         self.progress(f"[{self.project.key}] kept {len(tasks)} of {tried} tried in {stats['seconds']} s")
-        return ProjectResult(self.project.key, tasks, stats)
+        return ProjectResult(self.project.key, tasks, stats, self.evidence, self.sources_of_tests())
 
 
 def synth_project(project: Project, env_image: str, env_cfg: EnvironmentConfig, opts: SynthOptions,
@@ -406,8 +460,9 @@ def synth_project(project: Project, env_image: str, env_cfg: EnvironmentConfig, 
         return ProjectSynth(project, runner, opts, progress, stop).run(env_cfg.test_timeout_s)
 
 
-def cache_key(project: Project, opts: SynthOptions) -> str:
-    """Content hash of everything that decides a project's tasks."""
+def cache_key(project: Project, opts: SynthOptions, version: str = SYNTH_VERSION) -> str:
+    """Content hash of everything that decides a project's tasks (`version`: of this pipeline;
+    an older one names the cache entry an upgrade starts from)."""
     what = {"project": project.env_spec().to_dict(), "test_cmd": project.test_cmd, "split": project.split,
-            "test_paths": list(project.test_paths), "opts": opts.to_dict(), "version": SYNTH_VERSION}
+            "test_paths": list(project.test_paths), "opts": opts.to_dict(), "version": version}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]

@@ -7,6 +7,9 @@ Two jobs, each switched on by its environment variable:
   tracing). Calls made outside any test (imports, collection, module-level set-up) are recorded
   under "<import>" / "<between>": mutating such functions changes what every test sees, so
   synthesis leaves them alone.
+  Each test that opens a socket, starts a thread or a subprocess, or sleeps is also listed
+  under "timing": such a test depends on the scheduler, and one that passed every baseline run
+  can still fail on a loaded machine (boltons' netstring server test did, under a gold patch).
 - `SWERL_PARAMS_OUT`: for each failing parametrised test, `repr()` of its parameters, so a
   problem statement can turn `assert f(x) == y` into a runnable reproduction.
 
@@ -17,6 +20,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import pytest
 
@@ -27,23 +31,44 @@ _calls = {}
 _durations = {}  # node id -> seconds in setup + call + teardown
 _params = {}
 _current = ["<import>"]
-_keys = {}  # code object -> (relative path, first line), or None for code outside the root
+_timing = {}  # node id -> {"socket", "thread", "subprocess", "sleep"}
+_keys = {}  # code object -> (relative path, first line), a timing kind (str), or None
+_STDLIB = os.path.dirname(os.__file__) + "/"
+# standard-library entry points (file, function) whose use makes a test timing-dependent
+_TIMING = {("socket.py", "__init__"): "socket", ("socket.py", "socketpair"): "socket",
+           ("socket.py", "create_connection"): "socket", ("threading.py", "start"): "thread",
+           ("subprocess.py", "__init__"): "subprocess"}
+
+
+def _classify(code):
+    name = code.co_filename
+    if name.startswith(_ROOT):
+        return (name[len(_ROOT):], code.co_firstlineno)
+    if name.startswith(_STDLIB):
+        return _TIMING.get((name[len(_STDLIB):], code.co_name))
+    return None
 
 
 def _profile(frame, event, arg):
+    if event == "c_call":
+        if arg is time.sleep:
+            _timing.setdefault(_current[0], set()).add("sleep")
+        return
     if event != "call":
         return
     code = frame.f_code
     key = _keys.get(code, 0)
     if key == 0:
-        name = code.co_filename
-        key = (name[len(_ROOT):], code.co_firstlineno) if name.startswith(_ROOT) else None
-        _keys[code] = key
-    if key is not None:
-        bucket = _calls.get(_current[0])
-        if bucket is None:
-            bucket = _calls[_current[0]] = set()
-        bucket.add(key)
+        key = _keys[code] = _classify(code)
+    if key is None:
+        return
+    if isinstance(key, str):
+        _timing.setdefault(_current[0], set()).add(key)
+        return
+    bucket = _calls.get(_current[0])
+    if bucket is None:
+        bucket = _calls[_current[0]] = set()
+    bucket.add(key)
 
 
 if _TRACE_OUT:
@@ -76,7 +101,8 @@ def pytest_unconfigure(config):
         threading.setprofile(None)
         with open(_TRACE_OUT, "w") as fh:
             json.dump({"calls": {test: sorted(keys) for test, keys in _calls.items()},
-                       "durations": _durations}, fh)
+                       "durations": _durations,
+                       "timing": {test: sorted(kinds) for test, kinds in _timing.items()}}, fh)
     if _PARAMS_OUT:
         with open(_PARAMS_OUT, "w") as fh:
             json.dump(_params, fh)

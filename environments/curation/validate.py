@@ -57,6 +57,8 @@ class ValidationReport:
             "ok": len(self.ok_ids),
             "failed": len(self.checks) - len(self.ok_ids),
             "infra_errors": sum(c.infra for c in self.checks),
+            "gold_resolved": sum(c.gold_status == "resolved" for c in self.checks),
+            "empty_resolved": sum(c.empty_status == "resolved" for c in self.checks),
             "reasons": dict(Counter(c.reason.split(":", 1)[0] for c in self.checks if not c.ok)),
             "by_project": {k: dict(v) for k, v in sorted(by_project.items())},
         }

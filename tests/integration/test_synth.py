@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from environments.curation.curate import curate_synth
+from environments.curation.curate import curate_project, curate_synth, load_result, project_cache_key, save_result
 from environments.curation.dataset import load_dataset
 from environments.curation.importers import import_tasks
 from environments.curation.projects import by_key
-from environments.curation.synth import SynthOptions, synth_project
+from environments.curation.synth import ProjectResult, SynthOptions, synth_project
 from environments.curation.validate import validate_tasks
 from environments.grading import grade
 from environments.images import base_for, build_env_image, ensure_images, fetch_sdist, unpack_sdist
+from environments.records import TaskInstance
 from environments.sandbox import session_id
 from swerl.config import EnvironmentConfig, load_config
 from swerl.store import Store
@@ -38,10 +39,16 @@ def inflection_env() -> str:
     return build_env_image(spec, base_for(spec), progress=lambda s: None)
 
 
-def test_synthesised_tasks_are_valid_on_their_instance_images(inflection_env):
-    project = by_key()["inflection==0.5.1"]
-    opts = SynthOptions(max_tasks=2, determinism_runs=2, seed=1)
-    result = synth_project(project, inflection_env, ENV, opts, progress=lambda s: None)
+OPTS = SynthOptions(max_tasks=2, determinism_runs=2, seed=1)
+
+
+@pytest.fixture(scope="module")
+def inflection_result(inflection_env):
+    return synth_project(by_key()["inflection==0.5.1"], inflection_env, ENV, OPTS, progress=lambda s: None)
+
+
+def test_synthesised_tasks_are_valid_on_their_instance_images(inflection_result):
+    result = inflection_result
     assert 1 <= len(result.tasks) <= 2, result.stats
     assert result.stats["baseline_tests"] > 400 and result.stats["tried"] >= len(result.tasks)
     for t in result.tasks:
@@ -54,8 +61,36 @@ def test_synthesised_tasks_are_valid_on_their_instance_images(inflection_env):
                    if line.startswith("+") and not line.startswith("+++")]
         for text in t.meta["statements"].values():  # the buggy line is never quoted
             assert not any(line and line in text for line in removed)
+        assert "```python" in t.problem_statement and "assert " not in t.problem_statement
+        assert result.evidence[t.instance_id]["log"]  # what the statement was written from, kept
+    assert result.stats["timing_tests"] == 0 and set(result.test_sources) == {"test_inflection.py"}
     report = validate_tasks(result.tasks, ENV, workers=1, progress=lambda s: None)
     assert report.summary()["ok"] == len(result.tasks), report.to_dict()
+    assert own_containers() == []
+
+
+def test_a_previous_pipelines_result_is_upgraded_not_searched_again(tmp_path, inflection_result):
+    """A SYNTH_VERSION 2 entry (no evidence, old statements) is restated: the same mutants and
+    tests, statements written from one fresh run of each task's failing tests."""
+    project = by_key()["inflection==0.5.1"]
+    old_tasks = [TaskInstance.from_dict(t.to_dict()) for t in inflection_result.tasks]
+    for t in old_tasks:
+        t.problem_statement, t.meta["statements"] = "Something is off.\n\nthe check fails", {}
+    store = Store(f"file://{tmp_path}/store")
+    save_result(store, project_cache_key(project, OPTS, "2"), ProjectResult(project.key, old_tasks, {"suite_s": 3.0}))
+    cfg = load_config("smoke")
+    lines: list[str] = []
+    new, hit = curate_project(project, OPTS, cfg, store, lines.append)
+    assert not hit and any("restate: 0 timing-dependent tests" in line for line in lines), lines
+    assert new.stats["restated"]["reasons"] == {"ok": len(old_tasks)}
+    for a, b in zip(new.tasks, inflection_result.tasks, strict=True):
+        assert (a.instance_id, a.patch, a.FAIL_TO_PASS, a.PASS_TO_PASS) == \
+            (b.instance_id, b.patch, b.FAIL_TO_PASS, b.PASS_TO_PASS)
+        assert a.problem_statement == a.meta["statements"]["1"] and "the check fails" not in a.problem_statement
+        assert "```python" in a.problem_statement
+    again, hit = curate_project(project, OPTS, cfg, store, lines.append)  # now the current version's entry
+    assert hit and [t.to_dict() for t in again.tasks] == [t.to_dict() for t in new.tasks]
+    assert load_result(store, project_cache_key(project, OPTS)).evidence.keys() == {t.instance_id for t in new.tasks}
     assert own_containers() == []
 
 

@@ -194,3 +194,22 @@ def test_judge_reasons():
     assert judge(run_with(only_b, FAIL_LOG), tests, 10, opts) == ("trivial_error", {"t.py::test_b"})
     missing = {"t.py::test_a": "FAILED"}  # test_b absent from the log counts as not passing
     assert judge(run_with(missing, FAIL_LOG), tests, 10, opts)[1] == set(tests)
+
+
+def test_mutants_failing_mostly_with_module_not_found_are_trivial():
+    import json
+    from pathlib import Path
+
+    from environments.curation.synth import is_trivial
+
+    # a real one: `backend != 'auto'` flipped; 9 of its 10 reported failures are
+    # "ModuleNotFoundError: No module named 'auto'", one asserts on a mock's call
+    case = next(c for c in json.loads((Path(__file__).parent.parent / "data" / "curation" / "real_failures.json")
+                                      .read_text()) if c["instance_id"].endswith("b89c4daff1"))
+    failing = set(case["FAIL_TO_PASS"])
+    run = run_with({t: "FAILED" for t in failing}, case["log"])
+    assert is_trivial(run, failing)
+    assert judge(run, sorted(failing), 100, SynthOptions())[0] == "trivial_error"
+    mostly_behaviour = run_with({"t.py::test_a": "FAILED", "t.py::test_b": "FAILED"}, FAIL_LOG)
+    assert not is_trivial(mostly_behaviour, {"t.py::test_a", "t.py::test_b"})  # 1 of 2 is not "mostly"
+    assert not is_trivial(run_with({"t.py::x": "FAILED"}, ""), {"t.py::x"})  # nothing readable: not trivial
