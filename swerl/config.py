@@ -68,6 +68,10 @@ class DataConfig(Strict):
     # curriculum: keep only synthesised bugs of these kinds (both splits; None = all kinds)
     modifiers: list[str] | None = None
     determinism_runs: int = Field(3, ge=1)
+    # synthesis effort: seconds per project, and one full-suite run per kept bug for exact
+    # FAIL_TO_PASS/PASS_TO_PASS (off: inferred from the call trace, ~3x faster)
+    synth_time_budget_s: int = Field(1800, ge=1)
+    full_suite_check: bool = True
     max_patch_files: int = Field(7, ge=1)
     max_patch_lines: int = Field(500, ge=1)
     max_failing_share: float = Field(0.5, gt=0.0, le=1.0)
