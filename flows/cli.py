@@ -249,7 +249,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     elif args.what == "rollout":
         from training.bench_rollout import bench_rollout
 
-        out = bench_rollout(model=cfg.rollout.model, env_cfg=cfg.environment, seed=cfg.seed, progress=True)
+        out = bench_rollout(model=cfg.rollout.model, env_cfg=cfg.environment, seed=cfg.seed, progress=True,
+                            threads=cfg.rollout.infer_threads)
     else:
         from training.bench_train import bench_train
 

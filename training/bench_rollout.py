@@ -61,13 +61,13 @@ def _run(tasks: list[TaskInstance], samples: int, backend: InferenceBackend, env
 def bench_rollout(n_episodes: int = 8, concurrency: int = 8, max_turns: int = 3, max_new_tokens: int = 64,
                   n_tasks: int = 4, model: str = "default", seed: int = 0, prefix_cache: bool = True,
                   backend: InferenceBackend | None = None, env_cfg: EnvironmentConfig | None = None,
-                  progress: bool = False) -> dict[str, Any]:
+                  progress: bool = False, threads: int | None = None) -> dict[str, Any]:
     """Batched (`concurrency` episodes at once) then sequential (one at a time); both reports and
     the speedups. `n_episodes` must be a multiple of `n_tasks` (samples per task).
 
     `prefix_cache`: the transformers backend reuses each context's keys/values across turns
     (training.prefix_cache). Emptied between the two runs: the second must not find the first's
-    contexts, which are the same ids.
+    contexts, which are the same ids. `threads`: torch threads while generating (both runs).
     """
     if n_episodes % n_tasks:
         raise ValueError(f"n_episodes={n_episodes} is not a multiple of n_tasks={n_tasks}")
@@ -76,7 +76,7 @@ def bench_rollout(n_episodes: int = 8, concurrency: int = 8, max_turns: int = 3,
         from training.inference.hf import HFBackend
         from training.prefix_cache import PrefixCachingHFBackend
 
-        backend = (PrefixCachingHFBackend if prefix_cache else HFBackend)(model, seed=seed)
+        backend = (PrefixCachingHFBackend if prefix_cache else HFBackend)(model, seed=seed, threads=threads)
     env_cfg = env_cfg or EnvironmentConfig(sandbox="docker", command_timeout_s=30, test_timeout_s=180)
     limits = AgentLimits(max_turns=max_turns, max_context_tokens=4096, max_new_tokens=max_new_tokens)
     backend.generate([[1, 2, 3]], SamplingParams(max_new_tokens=2, seed=0))  # warm the model up
@@ -118,11 +118,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="default")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads while generating")
     ap.add_argument("--progress", action="store_true")
     ap.add_argument("--json", default=None, help="also write the report here")
     args = ap.parse_args(argv)
     report = bench_rollout(args.episodes, args.concurrency, args.max_turns, args.max_new_tokens, args.tasks,
-                           args.model, args.seed, args.prefix_cache, progress=args.progress)
+                           args.model, args.seed, args.prefix_cache, progress=args.progress,
+                           threads=args.threads)
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:
