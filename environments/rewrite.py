@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
 import warnings
 from dataclasses import dataclass, field
 
@@ -44,9 +45,17 @@ class _Edit:
     show: bool = True  # the observation shows the first edit with show=True (imports: False)
 
 
+_PARSE_LOCK = threading.Lock()
+
+
 def parse_python(text: str) -> ast.Module:
-    """ast.parse without the SyntaxWarnings (e.g. invalid escapes) it would print to stderr."""
-    with warnings.catch_warnings():
+    """ast.parse without the SyntaxWarnings (e.g. invalid escapes) it would print to stderr.
+
+    One parse at a time: the rollout engine steps episodes in threads, and CPython 3.11's AST
+    constructor raised "SystemError: AST constructor recursion depth mismatch" when two threads
+    parsed at once (seen in a cpu-demo rollout); `catch_warnings` is process-global state too.
+    """
+    with _PARSE_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return ast.parse(text)
 

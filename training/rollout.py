@@ -8,7 +8,8 @@ call waits a little for them (`batch_wait_s`, or a share of the last call's dura
 a batch of 8 costs far less than 8 batches of 1 and a straggler left out costs a whole call.
 
 Finished episodes are written to the store one record each, so a killed job re-run skips them.
-Infrastructure failures (SandboxError, OSError, an env operation past its deadline) restart the
+Infrastructure failures (SandboxError, OSError, an env operation past its deadline; also an
+unexpected exception from the env, logged with its traceback as the bug it is) restart the
 episode from scratch up to `infra_retries` times and are then recorded as status "error" with
 the reason: never as a reward.
 """
@@ -311,6 +312,11 @@ def collect(tasks: Iterable[TaskInstance], samples: int, backend: InferenceBacke
             try:
                 value, took = fut.result()
             except INFRA_ERRORS as e:
+                infra_error(slot, e)
+                continue
+            except Exception as e:  # noqa: BLE001 - a bug of ours in one episode must not end the run
+                log.error("episode %s#%d: unexpected %s in %s (a swerl bug: please report it)",
+                          slot.task.instance_id, slot.index, type(e).__name__, slot.phase, exc_info=e)
                 infra_error(slot, e)
                 continue
             if slot.phase == "start":

@@ -245,6 +245,34 @@ def test_sandbox_death_is_retried_then_recorded_as_error():
     assert gym.all_closed()
 
 
+def test_an_unexpected_exception_in_a_step_costs_one_episode_not_the_run(monkeypatch):
+    """A bug in env code (here a RuntimeError on t1's first attempt, then on every step of t2)
+    is retried like an infra error, then recorded as an error; the other episodes finish."""
+    def step_with_bug(self, text, _real=FakeEnv.step):
+        if self.task.instance_id == "t2" or (self.task.instance_id == "t1" and self.attempt == 0):
+            raise RuntimeError("AST constructor recursion depth mismatch")
+        return _real(self, text)
+
+    def plan(task, attempt):
+        return Plan(submit_at=2)
+
+    monkeypatch.setattr(FakeEnv, "step", step_with_bug)
+    gym = Gym(plan)
+    orig_call = Gym.__call__
+
+    def call(self, task):
+        env = orig_call(self, task)
+        env.attempt = self.attempts[task.instance_id] - 1
+        return env
+
+    monkeypatch.setattr(Gym, "__call__", call)
+    stats = collect(tasks(3), 1, ScriptedBackend(), gym, spec(infra_retries=1), reward, progress=False)
+    by = {t.task_id: t for t in stats.trajectories}
+    assert by["t0"].status != "error" and by["t1"].status != "error" and gym.attempts["t1"] == 2
+    assert by["t2"].status == "error" and by["t2"].error_reason.startswith("step: RuntimeError")
+    assert gym.all_closed()
+
+
 def test_hung_reset_is_abandoned_at_its_deadline():
     gym = Gym(lambda task, attempt: Plan(hang_at_reset=task.instance_id == "t1"))
     t0 = time.monotonic()
