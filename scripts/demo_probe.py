@@ -93,28 +93,32 @@ def load_task_spec(spec: str, projects: set[str] | None, hint: int | None, limit
     return tasks
 
 
+def sdist_file(task: TaskInstance, path: str) -> str | None:
+    """A file of the project as released (the gold state), from the cached sdist."""
+    import tarfile
+
+    from swerl.paths import swerl_home
+
+    for tarball in (swerl_home() / "sdists" / f"{task.project}-{task.version}").glob("*.tar.gz"):
+        with tarfile.open(tarball) as tar:
+            member = next((m for m in tar.getmembers() if m.name.split("/", 1)[-1] == path), None)
+            return tar.extractfile(member).read().decode() if member else None
+    return None
+
+
 def function_lines(task: TaskInstance) -> int | None:
     """Code lines (docstring excluded) of the bug's function, read from the project's cached sdist."""
-    import tarfile
     import textwrap
 
     from environments.swe_env import locate, without_docstring
-    from swerl.paths import swerl_home
 
     site = (task.meta.get("mutations") or [{}])[0]
-    name, version = task.project, task.version
-    for tarball in (swerl_home() / "sdists" / f"{name}-{version}").glob("*.tar.gz"):
-        with tarfile.open(tarball) as tar:
-            member = next((m for m in tar.getmembers() if m.name.split("/", 1)[-1] == site.get("path")), None)
-            if member is None:
-                return None
-            source = tar.extractfile(member).read().decode()
-        where = locate(source, site["function"])
-        if where is None:
-            return None
-        code = textwrap.dedent("\n".join(source.split("\n")[where[0] - 1:where[1]]))
-        return len(without_docstring(code)[0].strip().split("\n"))
-    return None
+    source = sdist_file(task, site.get("path", ""))
+    where = locate(source, site["function"]) if source is not None else None
+    if where is None:
+        return None
+    code = textwrap.dedent("\n".join(source.split("\n")[where[0] - 1:where[1]]))
+    return len(without_docstring(code)[0].strip().split("\n"))
 
 
 def with_images(tasks: list[TaskInstance]) -> list[TaskInstance]:

@@ -21,7 +21,6 @@ import json
 import math
 import subprocess
 import sys
-import tarfile
 import tempfile
 import textwrap
 from pathlib import Path
@@ -32,23 +31,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from demo_probe import load_task_spec  # noqa: E402
+from demo_probe import load_task_spec, sdist_file  # noqa: E402
 from environments.local_sandbox import LocalSandbox  # noqa: E402
 from environments.records import TaskInstance  # noqa: E402
 from environments.swe_env import SWEEnv, locate, named_function, without_docstring  # noqa: E402
 from swerl.config import EnvironmentConfig  # noqa: E402
-from swerl.paths import swerl_home  # noqa: E402
 from training.agent import build_messages  # noqa: E402
 from training.chat import ChatFormat  # noqa: E402
 from training.inference.hf import HFBackend  # noqa: E402
-
-
-def original_file(task: TaskInstance, path: str) -> str | None:
-    for tarball in (swerl_home() / "sdists" / f"{task.project}-{task.version}").glob("*.tar.gz"):
-        with tarfile.open(tarball) as tar:
-            member = next((m for m in tar.getmembers() if m.name.split("/", 1)[-1] == path), None)
-            return tar.extractfile(member).read().decode() if member else None
-    return None
 
 
 def function_reply(source: str, function: str) -> str | None:
@@ -82,7 +72,7 @@ def main() -> None:
     with open(args.out, "w") as out:
         for task in tqdm(tasks, desc="reach"):
             path, function = named_function(task)
-            gold_src = original_file(task, path)
+            gold_src = sdist_file(task, path)
             if gold_src is None:
                 continue
             with tempfile.TemporaryDirectory() as d:
