@@ -37,6 +37,12 @@ _FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$",
 _FENCE_START = re.compile(r"^[ \t]*```", re.M)
 
 
+def closes_block(text: str) -> bool:
+    """Whether `text` holds a complete fenced block: the action a reply exists to give (a
+    sampler with `stop_at_block` ends the reply there)."""
+    return _FENCE.search(text) is not None
+
+
 @dataclass(frozen=True)
 class Action:
     kind: ActionKind

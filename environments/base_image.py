@@ -40,18 +40,25 @@ class ImageBuildError(RuntimeError):
 
 
 def image_id(ref: str) -> str | None:
-    """The local image id of `ref`, or None when it does not exist."""
+    """The local image id of `ref`, or None when it does not exist.
+
+    A daemon that does not answer is an error, not a missing image: taking it for one would
+    start a needless rebuild that then fails with a confusing message.
+    """
     out = subprocess.run(
         ["docker", "image", "inspect", "--format", "{{.Id}}", ref],
         capture_output=True, text=True,
     )
+    if out.returncode != 0 and "Cannot connect to the Docker daemon" in out.stderr:
+        raise ImageBuildError(f"Docker daemon not reachable ({out.stderr.strip()}); "
+                              "start it: bash infra/ensure_docker.sh")
     return out.stdout.strip() if out.returncode == 0 else None
 
 
 def _stream(cmd: list[str] | str, progress: Progress, *, shell: bool = False, stdin: str | None = None) -> None:
     """Run a build tool, passing its output lines to `progress`; raise with the tail on failure."""
     proc = subprocess.Popen(
-        cmd, shell=shell, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cmd, shell=shell, executable="/bin/bash" if shell else None, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
     )
     if stdin is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Literal
 
 from environments.actions import ActionFormat
+from environments.curation.statements import LINE_HINT, with_line_hint
 from environments.records import TaskInstance
 from environments.sandbox import WORKDIR
 
@@ -125,6 +126,12 @@ DEMO_TASK_NAMED = TaskInstance(
     patch="", test_patch="", FAIL_TO_PASS=[], PASS_TO_PASS=[],
     meta={"mutations": [{"path": DEMO_FILE, "function": "rectangle_area", "line": 5}]},
 )
+# ... and as a hint-level-4 task (the wrong line quoted too), for curricula at that level.
+DEMO_TASK_LINE = TaskInstance.from_dict({
+    **DEMO_TASK_NAMED.to_dict(),
+    "problem_statement": with_line_hint(DEMO_TASK_NAMED.problem_statement, "return width * width"),
+    "meta": {**DEMO_TASK_NAMED.meta, "hint_level": LINE_HINT},
+})
 
 _PATH = f"{WORKDIR}/{DEMO_FILE}"
 _FOOT_NONE = f"(Current directory: {WORKDIR}, current file: none)"
@@ -178,15 +185,16 @@ _SHORT_SUBMIT = "```bash\nsubmit\n```"
 
 
 def one_shot_demo(action_format: ActionFormat, style: PromptStyle = "full",
-                  show_source: bool = False) -> list[dict[str, str]]:
+                  show_source: bool = False, line_hint: bool = False) -> list[dict[str, str]]:
     """Chat messages solving a made-up bug; they precede the real task.
 
     Full style: open -> fix -> submit. Short style: the fix as a python block, then submit; with
     `show_source` the demo task names the function and its source is shown, as the real tasks'
-    first observation will be.
+    first observation will be; with `line_hint` its statement also quotes the wrong line, as
+    hint-level-4 statements do.
     """
     if style == "short" and action_format == "tools+file":
-        task = DEMO_TASK_NAMED if show_source else DEMO_TASK
+        task = (DEMO_TASK_LINE if line_hint else DEMO_TASK_NAMED) if show_source else DEMO_TASK
         view = source_block(DEMO_FILE, "rectangle_area", 4, 5, "def rectangle_area(width, height):\n"
                             "    return width * width") if show_source else None
         foot = _FOOT_FILE if show_source else _FOOT_NONE

@@ -108,8 +108,17 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, str]]:
 def at_hint_level(task: TaskInstance, level: int) -> TaskInstance:
     """The same task stated at another hint level (curation stores every level's statement in
     `meta["statements"]`), so a curriculum picks its level at load time without re-curating.
-    Tasks without that level (imported ones) are returned unchanged."""
-    text = (task.meta.get("statements") or {}).get(str(level))
+    Tasks without that level (imported ones) are returned unchanged. Level 4 (the wrong line
+    named) is derived from level 3 and the bug patch; a bug that is not a one-line change stays
+    at level 3, and its meta says so."""
+    statements = task.meta.get("statements") or {}
+    text = statements.get(str(level))
+    if text is None and level == 4 and "3" in statements:
+        from environments.curation.statements import line_statement
+
+        text = line_statement(statements["3"], task.meta.get("bug_patch") or "")
+        if text is None:
+            return at_hint_level(task, 3)
     if text is None or task.meta.get("hint_level") == level:
         return task
     d = task.to_dict()

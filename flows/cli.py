@@ -278,15 +278,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from flows.deploy import DeployError, default_stack_env, deploy
+    from flows.deploy import DeployError, default_stack_env, deploy, describe, resolve_targets
 
     cfg = _config(args)
+    stack_env = default_stack_env(cfg, args.api_url)
     try:
-        names = deploy(cfg, args.api_url, stack_env=default_stack_env(cfg, args.api_url))
+        names = deploy(cfg, args.api_url, stack_env=stack_env)
     except DeployError as e:
         print(f"swerl deploy: {e}", file=sys.stderr)
         return 1
-    print("\n".join(names))
+    print("\n".join(describe(resolve_targets(cfg, args.api_url, stack_env)["PREFECT_API_URL"], names)))
     return 0
 
 

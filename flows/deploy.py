@@ -149,6 +149,33 @@ def read_back(client: Any, deployments: list[dict[str, Any]]) -> list[str]:
     return sorted(f"{client.read_flow(d.flow_id).name}/{d.name}" for d in ours)
 
 
+def schedule_text(s: Any) -> str:
+    """`cron '0 3 * * *' UTC (nightly-champion, active)`; interval and rrule schedules alike."""
+    sch = s.schedule
+    if getattr(sch, "cron", None):
+        what = f"cron '{sch.cron}'"
+    elif getattr(sch, "interval", None):
+        what = f"every {sch.interval}"
+    else:
+        what = f"rrule '{getattr(sch, 'rrule', sch)}'"
+    state = "active" if s.active else "paused"
+    return f"{what} {getattr(sch, 'timezone', None) or 'UTC'} ({s.slug or 'unnamed'}, {state})"
+
+
+def describe(api_url: str, names: list[str]) -> list[str]:
+    """One line per deployment: its pool and schedules, which `prefect deployment ls` (3.9) does
+    not show, so an operator sees right after deploying when the scheduled runs will come."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
+        found = [client.read_deployment_by_name(name) for name in names]
+    width, pool_width = max(map(len, names), default=0), max((len(d.work_pool_name) for d in found), default=0)
+    return [f"{name:<{width}}  pool {d.work_pool_name:<{pool_width}}  "
+            + ("; ".join(schedule_text(s) for s in d.schedules) or "no schedule")
+            for name, d in zip(names, found)]
+
+
 def deploy(cfg: SwerlConfig, api_url: str | None = None, *, stack_env: Path | None = None,
            prefect_file: Path | None = None) -> list[str]:
     """Create pools, tag limits and every deployment of prefect.yaml; return `flow/deployment` names.

@@ -81,7 +81,7 @@ def load_task_spec(spec: str, projects: set[str] | None, hint: int | None, limit
     if skip_modifiers:
         tasks = [t for t in tasks if not set(str(t.meta.get("modifier", "")).split("+")) & skip_modifiers]
     if hint is not None:
-        tasks = [at_hint_level(t, hint) for t in tasks if str(hint) in (t.meta.get("statements") or {})]
+        tasks = [u for u in (at_hint_level(t, hint) for t in tasks) if u.meta.get("hint_level") == hint]
     if max_lines:
         tasks = [t for t in tasks if (function_lines(t) or 10**9) <= max_lines]
     if limit_per_project:
@@ -135,36 +135,6 @@ def with_images(tasks: list[TaskInstance]) -> list[TaskInstance]:
 
 
 # ---------------------------------------------------------------- measure
-class StopAtBlock:
-    """A backend whose replies end where their first fenced block closes, as a stop string
-    would end them: the tokens after it are dropped with their logprobs, the rest is unchanged.
-    (It still pays for the dropped tokens; a real stop in the sampler would not.)"""
-
-    def __init__(self, backend):
-        self.backend = backend
-
-    def __getattr__(self, name):
-        return getattr(self.backend, name)
-
-    def generate_rows(self, prompts_, sampling, seeds):
-        return [self.cut(c) for c in self.backend.generate_rows(prompts_, sampling, seeds)]
-
-    def generate(self, prompts_, sampling):
-        return [self.cut(c) for c in self.backend.generate(prompts_, sampling)]
-
-    def cut(self, c):
-        from environments.actions import _FENCE
-        from training.inference.base import Completion
-
-        decode = self.backend.tokenizer.decode
-        if _FENCE.search(decode(c.token_ids)) is None:
-            return c
-        for k in range(1, len(c.token_ids) + 1):  # the first prefix that holds a complete block
-            if _FENCE.search(decode(c.token_ids[:k])):
-                return c if k == len(c.token_ids) else Completion(c.token_ids[:k], c.logprobs[:k], "stop")
-        return c
-
-
 def load_avg() -> float:
     return round(os.getloadavg()[0], 1)
 
@@ -184,11 +154,9 @@ def measure(args: argparse.Namespace) -> dict:
         raise SystemExit("no tasks selected")
     env_cfg = EnvironmentConfig(command_timeout_s=20, test_timeout_s=180)
     backend = HFBackend(args.model, seed=args.seed, threads=args.threads)
-    if args.stop_at_block:
-        backend = StopAtBlock(backend)
     spec = RolloutSpec(limits=AgentLimits(args.max_turns, args.max_context, args.max_new_tokens),
                        sampling=SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                                               seed=args.seed),
+                                               seed=args.seed, stop_at_block=args.stop_at_block),
                        action_format=v.action_format, window=env_cfg.window, one_shot=v.one_shot,
                        concurrency=args.concurrency, prompt_style=v.style, show_source=v.show_source)
     out = Path(args.out)
@@ -410,7 +378,7 @@ def main() -> None:
     def task_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--tasks", required=True, help="tasks.jsonl or a store dir with curation/synth/")
         p.add_argument("--projects", help="comma-separated train projects to use")
-        p.add_argument("--hint", type=int, help="re-state every task at this hint level (0-3)")
+        p.add_argument("--hint", type=int, help="re-state every task at this hint level (0-4); tasks without it are left out")
         p.add_argument("--per-project", type=int, help="at most this many tasks per project (seeded)")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--max-lines", type=int, help="only bugs in functions of at most this many code lines")

@@ -31,6 +31,10 @@ class Sampling(Strict):
     min_p: float = Field(0.0, ge=0.0, le=1.0)
     repetition_penalty: float = Field(1.0, gt=0.0)
     max_new_tokens: int = Field(512, ge=1)
+    # End a reply where its first fenced block closes. Not a filter: every kept token is as
+    # sampled, the reply is just shorter (one action per reply; the prose a small model adds
+    # after its block costs time and, with a second block, a format error).
+    stop_at_block: bool = False
 
     def unbiased_problems(self) -> list[str]:
         """Settings that make the sampler's distribution differ from the policy's.
@@ -64,7 +68,7 @@ class DataConfig(Strict):
     max_tasks_per_project: int = Field(60, ge=1)
     max_tasks: int | None = Field(None, ge=1)  # cap per split, after the per-project cap
     # how much the issue says (3 = names file and function); applied when tasks are loaded
-    hint_level: int = Field(1, ge=0, le=3)
+    hint_level: int = Field(1, ge=0, le=4)  # 4: + the wrong line (records.at_hint_level)
     # curriculum: keep only synthesised bugs of these kinds (both splits; None = all kinds)
     modifiers: list[str] | None = None
     determinism_runs: int = Field(3, ge=1)

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from environments.curation.statements import LINE_HINT
 from environments.records import TaskInstance
 from environments.sandbox import SandboxError
 from training.chat import ChatFormat
@@ -124,13 +125,14 @@ class Episode:
 
 
 def build_messages(first_observation: str, action_format: str, window: int, one_shot: bool,
-                   style: str = "full", show_source: bool = False) -> list[dict[str, str]]:
-    """System prompt with the tool docs, the optional worked example, then the task."""
+                   style: str = "full", show_source: bool = False, line_hint: bool = False) -> list[dict[str, str]]:
+    """System prompt with the tool docs, the optional worked example (stated like the task:
+    `line_hint` for hint-level-4 tasks), then the task."""
     from environments import prompts
 
     messages = [{"role": "system", "content": prompts.system_prompt(action_format, window, style)}]
     if one_shot:
-        messages += prompts.one_shot_demo(action_format, style, show_source)
+        messages += prompts.one_shot_demo(action_format, style, show_source, line_hint)
     messages.append({"role": "user", "content": first_observation})
     return messages
 
@@ -141,7 +143,8 @@ def start_episode(task: TaskInstance, sample_index: int, env: Any, chat: ChatFor
     """Reset the env (starts its sandbox) and render the opening messages once, as ids."""
     t0 = time.monotonic()
     first = env.reset()  # the task statement, as the agent sees it, with the cwd footer
-    ids = chat.prompt_ids(build_messages(first, action_format, window, one_shot, style, show_source))
+    line_hint = task.meta.get("hint_level") == LINE_HINT
+    ids = chat.prompt_ids(build_messages(first, action_format, window, one_shot, style, show_source, line_hint))
     traj = Trajectory(task_id=task.instance_id, sample_index=sample_index, policy_version=policy_version,
                       prompt_token_ids=list(ids))
     traj.timings["reset_s"] = time.monotonic() - t0

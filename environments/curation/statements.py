@@ -12,6 +12,8 @@ Hint levels (`meta["hint_level"]`, all four variants in `meta["statements"]`):
   1  + the reproduction script
   2  + the failing tests' ids
   3  + the file and function to look at
+  4  + the line that looks wrong (derived at load from the bug patch, `line_statement`): the
+     easiest rung of a curriculum for very small policies; it still does not say the fix
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ MAX_EQ_VALUE = 1000  # longer compared values are not worth quoting
 MAX_TESTS_NAMED = 5
 MAX_VALUE = 80  # longer observed / expected values go in a code block, not inline
 MAX_TITLE_VALUE = 40  # longer ones are not repeated in the title
-HINT_LEVELS = (0, 1, 2, 3)
+HINT_LEVELS = (0, 1, 2, 3)  # stored with every task
+LINE_HINT = 4  # derived from level 3 and the bug patch
 
 _EQ = re.compile(r"^(?:AssertionError: )?assert (.+?) (?:==|is) (.+)$")
 _UNITTEST_EQ = re.compile(r"^AssertionError: (?:\w+ differ: )?(.+?) != (.+)$")
@@ -273,3 +276,18 @@ def statements(project: str, version: str, tests: list[FailedTest], where: list[
     places = [f"`{function}` in `{path}`" for path, function in dict.fromkeys(where)]
     parts3 = parts2 + ["The problem seems to be in " + " and ".join(places) + "."]
     return {level: "\n\n".join(parts) for level, parts in enumerate((parts0, parts1, parts2, parts3))}
+
+
+def line_statement(level3: str, bug_patch: str) -> str | None:
+    """Hint level 4: the level-3 statement plus the one line the bug changed, quoted as a user
+    points at a suspicious line. None when the bug is not a one-line change (a dropped
+    statement has no wrong line left to show)."""
+    changed = [line for line in bug_patch.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    added = [line[1:].strip() for line in changed if line.startswith("+")]
+    if len(changed) != 2 or len(added) != 1 or not added[0] or "`" in added[0]:
+        return None
+    return with_line_hint(level3, added[0])
+
+
+def with_line_hint(level3: str, line: str) -> str:
+    return f"{level3}\n\nThis line looks wrong: `{line.strip()}`"

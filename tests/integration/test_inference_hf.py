@@ -117,3 +117,26 @@ def test_load_weights_swaps_version(hf_backend, prompts, versioned_checkpoint, d
     finally:
         hf_backend.load_weights(str(default_model_dir))  # the fixture is shared
     assert hf_backend.policy_version == default_model_dir.name
+
+
+def test_stop_at_block_ends_the_reply_where_its_first_block_closes(hf_backend, prompts):
+    """The stop is not a filter: the reply is the unstopped sample's prefix that first holds a
+    closed block (same seeds, same tokens), and a reply without a block is left whole."""
+    from environments.actions import closes_block
+
+    ask = chat_prompt(hf_backend.tokenizer, "Write a python function that adds two numbers, in a ```python block.")
+    sp = SamplingParams(max_new_tokens=96, seed=7)
+    full = hf_backend.generate([ask] * 6 + prompts[:2], sp)
+    cut = hf_backend.generate([ask] * 6 + prompts[:2], sp.with_(stop_at_block=True))
+    decode = hf_backend.tokenizer.decode
+    blocks = 0
+    for f, c in zip(full, cut):
+        assert f.token_ids[:len(c.token_ids)] == c.token_ids
+        assert c.logprobs == pytest.approx(f.logprobs[:len(c.logprobs)], abs=1e-4)
+        if c.finish_reason == "block":
+            blocks += 1
+            assert closes_block(decode(c.token_ids)) and not closes_block(decode(c.token_ids[:-1]))
+        else:
+            assert c.token_ids == f.token_ids and not closes_block(decode(c.token_ids[:-1]))
+        check_completion(c, sp.with_(stop_at_block=True), hf_backend.stop_ids)
+    assert blocks >= 2, "the model wrote a python block in most of the 6 asks"

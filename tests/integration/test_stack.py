@@ -1,4 +1,5 @@
-"""The local stack end to end: compose up, `swerl deploy`, a worker runs the pipeline, down -v.
+"""The local stack end to end: compose up, `swerl deploy`, a worker runs the pipeline, a worker
+SIGKILLed in DAPO and a new run of the deployment that finishes the same run, down -v.
 
 The test brings up its own stack (own compose project, own generated env file, free ports), so
 it runs beside a stack you have up and never touches your `.env` or volumes. The first run
@@ -241,6 +242,15 @@ def test_deploy_creates_pools_limits_and_scheduled_deployments(stack: Stack) -> 
         nightly = deployments["evaluate"].schedules[0]
         assert "rollout.model=models:/swerl-agent@champion" in nightly.parameters["overrides"]
 
+    # What `swerl deploy` prints: each deployment with its pool and schedules.
+    from flows.deploy import describe
+
+    lines = describe(stack.prefect_api, names)
+    print("\n".join(lines))
+    for name, line in zip(names, lines):
+        wanted = [f"cron '{c}' UTC" for c in crons.get(name.split("/")[1], [])] or ["no schedule"]
+        assert line.startswith(name) and all(w in line for w in wanted), (line, wanted)
+
     # The CLI view an operator gets: `prefect deployment ls` with the schedules.
     env = {**os.environ, "PREFECT_API_URL": stack.prefect_api}
     listed = json.loads(_run([str(PY), "-m", "prefect", "deployment", "ls", "-o", "json"], env=env).stdout)
@@ -250,23 +260,43 @@ def test_deploy_creates_pools_limits_and_scheduled_deployments(stack: Stack) -> 
 
 
 # ---------------------------------------------------------------- the pipeline on a worker
-@needs_all_flows
-@needs_pipeline
-def test_worker_runs_the_smoke_pipeline(stack: Stack) -> None:
-    from mlflow import MlflowClient
+@dataclass
+class PipelineRun:
+    run_id: str
+    flow_run: Any
+    seconds: float
+
+
+def _run_pipeline(stack: Stack, names: list[str], run_id: str, timeout: float = 4800) -> PipelineRun:
+    """Trigger the pipeline deployment on the smoke preset; wait up to `timeout` s (0: do not wait)."""
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    names = _deploy(stack)
-    run_id = f"stack-{uuid.uuid4().hex[:8]}"
     t0 = time.time()
     with temporary_settings({PREFECT_API_URL: stack.prefect_api}):
         flow_run = run_deployment(next(n for n in names if n.endswith("/pipeline")),
                                   parameters={"preset": "smoke", "run_id": run_id},
-                                  timeout=4800, poll_interval=10)
-    print(f"pipeline flow run {flow_run.id}: {flow_run.state.name} in {time.time() - t0:.0f}s")
-    if not flow_run.state.is_completed():
-        print(stack.compose("logs", "--tail", "200", "worker-cpu", check=False).stdout[-8000:])
+                                  timeout=timeout, poll_interval=10)
+    run = PipelineRun(run_id, flow_run, time.time() - t0)
+    if timeout:
+        print(f"pipeline flow run {flow_run.id} (run {run_id}): {flow_run.state.name} in {run.seconds:.0f}s")
+        if not flow_run.state.is_completed():
+            print(stack.compose("logs", "--tail", "200", "worker-cpu", check=False).stdout[-8000:])
+    return run
+
+
+@pytest.fixture(scope="module")
+def reference_run(stack: Stack) -> PipelineRun:
+    """The smoke pipeline through the deployment, uninterrupted: what a resumed run must equal."""
+    return _run_pipeline(stack, _deploy(stack), f"stack-{uuid.uuid4().hex[:8]}")
+
+
+@needs_all_flows
+@needs_pipeline
+def test_worker_runs_the_smoke_pipeline(stack: Stack, reference_run: PipelineRun) -> None:
+    from mlflow import MlflowClient
+
+    flow_run, run_id = reference_run.flow_run, reference_run.run_id
     assert flow_run.state.is_completed(), flow_run.state
 
     mlflow = MlflowClient(tracking_uri=stack.url("SWERL_MLFLOW_PORT"))
@@ -290,6 +320,265 @@ def test_worker_runs_the_smoke_pipeline(stack: Stack) -> None:
     location = experiment.artifact_location
     prefix = location.removeprefix("s3://") if location.startswith("s3://") else f"{bucket}/mlflow"
     assert s3.find(prefix), f"MLflow's artifacts ({location}) are in the bucket"
+
+
+# ---------------------------------------------------------------- SIGKILL in DAPO, then resume
+@dataclass
+class StoredRun:
+    """What one pipeline run left in the bucket, read in one listing."""
+
+    run_id: str
+    prefix: str  # BUCKET/store/runs/RUN_ID
+    objects: dict[str, dict[str, Any]]  # key below prefix -> S3 object info
+    infos: dict[str, dict[str, Any]]  # sealed checkpoint -> its swerl.json
+
+    def checkpoint_dirs(self) -> set[str]:
+        return {k.split("/")[1] for k in self.objects if k.startswith("checkpoints/")}
+
+    def episodes(self) -> dict[str, set[str]]:
+        """Rollout batch ("dapo-s1/1") -> its episode records ("TASK__0")."""
+        out: dict[str, set[str]] = {}
+        for key in self.objects:
+            if key.startswith("rollouts/") and key.endswith(".json"):
+                batch, name = key.removeprefix("rollouts/").rsplit("/", 1)
+                out.setdefault(batch, set()).add(name.removesuffix(".json"))
+        return out
+
+    def durable(self) -> dict[str, tuple[Any, Any]]:
+        """Episode records and sealed checkpoints (what a resume must reuse, never rewrite):
+        key -> (LastModified, ETag)."""
+        return {k: (v.get("LastModified"), v.get("ETag")) for k, v in self.objects.items()
+                if k.startswith("rollouts/") or (k.startswith("checkpoints/") and k.split("/")[1] in self.infos)}
+
+
+def _stored_run(stack: Stack, run_id: str) -> StoredRun:
+    from swerl.store import COMPLETE
+    from training.checkpoint import INFO
+
+    s3 = stack.s3()
+    prefix = f"{stack.values['SWERL_S3_BUCKET']}/store/runs/{run_id}"
+    objects = {k.removeprefix(prefix + "/"): v for k, v in s3.find(prefix, detail=True).items()}
+    sealed = [k.split("/")[1] for k in objects if k.startswith("checkpoints/") and k.endswith("/" + COMPLETE)]
+    infos = {name: json.loads(s3.cat(f"{prefix}/checkpoints/{name}/{INFO}")) for name in sealed}
+    return StoredRun(run_id, prefix, objects, infos)
+
+
+def _error_episodes(stack: Stack, run: StoredRun) -> set[str]:
+    """Episode records of infrastructure errors: a resume runs those again (rollout.redo_errors)."""
+    s3 = stack.s3()
+    return {k for k in run.objects if k.startswith("rollouts/") and k.endswith(".json")
+            and json.loads(s3.cat(f"{run.prefix}/{k}"))["status"] == "error"}
+
+
+def _dapo_checkpoints(cfg: Any) -> list[str]:
+    from training.stages import checkpoint_name
+
+    return [checkpoint_name(f"dapo-s{s + 1}", i) for s, stage in enumerate(cfg.dapo.stages)
+            for i in range(stage.iterations)]
+
+
+def _check_stages(stack: Stack, run: StoredRun, cfg: Any) -> bool:
+    """Every DAPO iteration exactly once, chained, each rolled out by its parent; RFT's checkpoint
+    exactly when RFT had a resolved episode. Returns whether RFT made a checkpoint."""
+    s3 = stack.s3()
+
+    def episode(batch: str, name: str) -> dict[str, Any]:
+        return json.loads(s3.cat(f"{run.prefix}/rollouts/{batch}/{name}.json"))
+
+    episodes = run.episodes()
+    assert run.checkpoint_dirs() == set(run.infos), f"{run.run_id}: unsealed checkpoint directories left"
+    rft = any(episode("rft/0", e)["status"] == "resolved" for e in episodes.get("rft/0", ()))
+    dapo = _dapo_checkpoints(cfg)
+    assert set(run.infos) == set(dapo) | ({"rft-0"} if rft else set()), (run.run_id, sorted(run.infos))
+    parent = "rft-0" if rft else "base"
+    for name in dapo:
+        info = run.infos[name]
+        assert (info["parent"], info["run_id"], info["version"]) == (parent, run.run_id, name), info
+        batch = f"{info['stage']}/{info['iteration']}"
+        group = cfg.dapo.stages[int(info["stage"].removeprefix("dapo-s")) - 1].group_size
+        tasks = {e.rsplit("__", 1)[0] for e in episodes[batch]}
+        assert episodes[batch] == {f"{t}__{i}" for t in tasks for i in range(group)}, (batch, episodes[batch])
+        assert {episode(batch, e)["policy_version"] for e in episodes[batch]} == {parent}, batch
+        parent = name
+    return rft
+
+
+def _wait_for(what: str, check: Any, timeout: float, interval: float = 2.0) -> Any:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"gave up after {timeout:.0f}s waiting for {what}")
+
+
+def _flow_run_processes(stack: Stack) -> dict[int, str]:
+    """Host pid -> command line of the flow-run processes in the CPU worker's container. Prefect
+    3.9's process worker starts `python -m prefect.runner._workspace_supervisor`, a child of the
+    worker, which prepares the workspace and then execs `python -m prefect.engine` in place."""
+    cid = stack.compose("ps", "-q", "worker-cpu").stdout.strip()
+    top = _run(["docker", "top", cid, "-eo", "pid,args"]).stdout.splitlines()[1:]
+    return {int(line.split()[0]): line.split(None, 1)[1] for line in top
+            if re.search(r"-m prefect\.(engine|runner\._workspace_supervisor)\b", line)}
+
+
+def _owner(hostname: str, host_pid: int) -> str:
+    """The `swerl.owner` label the process stamps on its sandboxes (environments.sandbox.owner_label):
+    the pid as its own PID namespace numbers it."""
+    from environments.sandbox import _proc_start_ticks
+
+    nspid = re.search(r"^NSpid:\s+(.+)$", Path(f"/proc/{host_pid}/status").read_text(), re.M)
+    assert nspid, f"/proc/{host_pid}/status has no NSpid line"
+    return f"{hostname}:{nspid.group(1).split()[-1]}:{_proc_start_ticks(host_pid)}"
+
+
+def _containers(label: str) -> list[str]:
+    return _run(["docker", "ps", "-a", "-q", "--filter", f"label={label}"]).stdout.split()
+
+
+def _batch(checkpoint: str) -> str:
+    """The rollout batch a DAPO checkpoint learned from: dapo-s1-1 -> dapo-s1/1."""
+    return "/".join(checkpoint.rsplit("-", 1))
+
+
+def _rollout_lines(logs: str) -> dict[str, dict[str, Any]]:
+    """training.stages' `BATCH rollouts: {json}` lines: episodes and reused per batch."""
+    return {m[1]: json.loads(m[2]) for m in re.finditer(r"(\S+) rollouts: (\{.*\})", logs)}
+
+
+@needs_all_flows
+@needs_pipeline
+def test_sigkilled_worker_resumes_in_dapo(stack: Stack, reference_run: PipelineRun) -> None:
+    """SIGKILL the CPU worker while the pipeline is in its last DAPO iteration; a new run of the
+    deployment with the same run_id finishes it, and the run ends as the uninterrupted one did."""
+    from mlflow import MlflowClient
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.states import Crashed
+
+    from environments.sandbox import _proc_start_ticks
+    from swerl.config import load_config
+    from swerl.store import COMPLETE
+
+    assert reference_run.flow_run.state.is_completed(), "the uninterrupted reference run failed"
+    cfg = load_config("smoke")
+    dapo = _dapo_checkpoints(cfg)
+    assert len(dapo) >= 2, "the smoke preset needs two DAPO iterations to kill between them"
+    names = _deploy(stack)
+    run_id = f"stack-kill-{uuid.uuid4().hex[:8]}"
+    s3 = stack.s3()
+    prefix = f"{stack.values['SWERL_S3_BUCKET']}/store/runs/{run_id}"
+
+    with stack.prefect_client() as client:
+        t0 = time.time()
+        orphan = _run_pipeline(stack, names, run_id, timeout=0).flow_run
+
+        def dapo_runs() -> list[Any]:
+            runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[orphan.id])))
+            return sorted((t for t in runs if t.name.startswith("dapo-iteration")), key=lambda t: t.created)
+
+        def in_last_iteration() -> bool:
+            """The second-to-last DAPO checkpoint is sealed and the last iteration's task runs."""
+            state = client.read_flow_run(orphan.id).state
+            assert not state.is_final(), f"the run ended before its last DAPO iteration: {state}"
+            s3.invalidate_cache()
+            if not s3.exists(f"{prefix}/checkpoints/{dapo[-2]}/{COMPLETE}"):
+                return False
+            runs = dapo_runs()
+            return len(runs) == len(dapo) and runs[-1].state is not None and runs[-1].state.is_running()
+
+        _wait_for(f"{dapo[-1]} to start", in_last_iteration, timeout=3600)
+        procs = _flow_run_processes(stack)
+        assert len(procs) == 1, f"one flow-run process in the worker, found {procs}"
+        pid = next(iter(procs))
+        cid = stack.compose("ps", "-q", "worker-cpu").stdout.strip()
+        hostname = _run(["docker", "inspect", "-f", "{{.Config.Hostname}}", cid]).stdout.strip()
+        owner = _owner(hostname, pid)
+        # Kill while the iteration's episodes are in flight, i.e. once their sandboxes exist.
+        _wait_for(f"sandboxes owned by {owner}", lambda: _containers(f"swerl.owner={owner}"), timeout=300,
+                  interval=1)
+        t_kill = time.time()
+        stack.compose("kill", "-s", "SIGKILL", "worker-cpu")
+        # The worker is PID 1's child in the container's own PID namespace: when docker kills
+        # PID 1 (the init), the kernel kills everything in that namespace, the flow run included.
+        ticks = owner.rsplit(":", 1)[1]
+        _wait_for("the flow-run process to die", lambda: _proc_start_ticks(pid) != ticks,
+                  timeout=60, interval=0.5)
+        left = _containers(f"swerl.owner={owner}")
+        killed = _stored_run(stack, run_id)
+        errors_then = _error_episodes(stack, killed)
+        mlflow_ids = json.loads(s3.cat(f"{prefix}/mlflow_runs.json"))
+        at_kill = {t.name: t.state.name for t in dapo_runs()}
+        # Prefect shows the orphan as Running for good: nothing heartbeats for a process flow
+        # run, and the new worker knows nothing of its predecessor's subprocess.
+        orphan_state = client.read_flow_run(orphan.id).state
+        print(f"killed `{procs[pid]}` (pid {pid}, owner {owner}) {t_kill - t0:.0f}s after the trigger, "
+              f"in {dapo[-1]}: DAPO task runs {at_kill}; "
+              f"{len(killed.episodes().get(_batch(dapo[-1]), ()))} episodes of it stored; sealed "
+              f"{sorted(killed.infos)}; {len(left)} sandboxes left; Prefect shows the flow run {orphan_state.name}")
+        assert not orphan_state.is_final(), orphan_state
+        assert left, "the killed flow run left no sandbox behind: it was not killed mid-episode"
+        assert dapo[-1] not in killed.infos, "killed too late: the last DAPO iteration had finished"
+
+        t_restart = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        stack.compose("up", "-d", "--wait", "worker-cpu")
+        assert _flow_run_processes(stack) == {}, "the restarted worker runs no flow run of its own accord"
+        # What an operator does with a run whose infrastructure died: mark it Crashed. Its task
+        # runs stay Running; the `gpu`/`sandbox` slots they held are leases that the server
+        # revokes once they expire (60 s), so the new run may wait that long for its first slot.
+        client.set_flow_run_state(orphan.id, Crashed(message="worker SIGKILLed; resumed by a new run"), force=True)
+
+    t1 = time.time()
+    resumed = _run_pipeline(stack, names, run_id)
+    assert resumed.flow_run.state.is_completed(), resumed.flow_run.state
+    logs = stack.compose("logs", "--no-log-prefix", "--since", t_restart, "worker-cpu").stdout
+    with stack.prefect_client() as client:
+        assert client.read_flow_run(orphan.id).state.is_crashed()
+
+    # The final state equals the uninterrupted run's: the same stages, each DAPO iteration once,
+    # chained, over the same problems and group samples.
+    after, ref = _stored_run(stack, run_id), _stored_run(stack, reference_run.run_id)
+    rft_after, rft_ref = _check_stages(stack, after, cfg), _check_stages(stack, ref, cfg)
+    print(f"checkpoints: resumed {sorted(after.infos)}, reference {sorted(ref.infos)}")
+    if rft_after == rft_ref:  # RFT's outcome is sampled; everything downstream of it follows
+        assert set(after.infos) == set(ref.infos)
+    skip = set() if rft_after == rft_ref else {"eval-rft/0"}
+    assert {b: e for b, e in after.episodes().items() if b not in skip} == \
+        {b: e for b, e in ref.episodes().items() if b not in skip}
+
+    # Nothing finished before the kill was redone: every episode record (but infra errors, which
+    # a resume retries) and sealed checkpoint of that moment is still the very object written then.
+    durable_then, durable_now = killed.durable(), after.durable()
+    rewritten = sorted(k for k, stamp in durable_then.items() if durable_now.get(k) != stamp and k not in errors_then)
+    assert not rewritten, f"redone after the resume: {rewritten[:10]}"
+    reused = sum(len(e) for e in killed.episodes().values())
+    total = sum(len(e) for e in after.episodes().values())
+    for name in killed.infos:
+        assert f"{name}: checkpoint already complete" in logs, f"no reuse of {name} in the worker's log"
+    batches = _rollout_lines(logs)
+    last = _batch(dapo[-1])
+    assert last in batches, f"no `{last} rollouts:` line in the worker's log:\n{logs[-4000:]}"
+    assert batches[last]["reused"] == len(killed.episodes().get(last, ())) - len(
+        {k for k in errors_then if k.startswith(f"rollouts/{last}/")}), batches[last]
+    print(f"resumed run: {resumed.seconds:.0f}s (uninterrupted {reference_run.seconds:.0f}s; "
+          f"{t1 - t0:.0f}s from the first trigger to the resume); {reused} of {total} episodes reused, "
+          f"{total - reused} new; reused checkpoints {sorted(killed.infos)}; rollouts of the resumed run "
+          + ", ".join(f"{b} {v['reused']:.0f}/{v['episodes']:.0f} reused" for b, v in batches.items()))
+
+    # MLflow: the resumed run logged into the killed run's runs, each DAPO step exactly once.
+    mlflow = MlflowClient(tracking_uri=stack.url("SWERL_MLFLOW_PORT"))
+    mlflow_ids_now = json.loads(s3.cat(f"{prefix}/mlflow_runs.json"))
+    assert mlflow_ids_now.items() >= mlflow_ids.items(), (mlflow_ids, mlflow_ids_now)
+    assert mlflow.get_run(mlflow_ids["parent"]).info.status == "FINISHED"
+
+    def dapo_steps(run: StoredRun) -> list[int]:
+        child = json.loads(s3.cat(f"{run.prefix}/mlflow_runs.json"))["dapo"]
+        return sorted(m.step for m in mlflow.get_metric_history(child, "resolved_rate"))
+
+    assert dapo_steps(after) == dapo_steps(ref) == list(range(len(dapo)))
+
+    # The killed process's sandboxes were removed by the resumed run (their owner is gone).
+    assert _containers(f"swerl.owner={owner}") == [], f"sandboxes of the killed flow run left: {owner}"
 
 
 # ---------------------------------------------------------------- teardown

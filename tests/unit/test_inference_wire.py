@@ -169,3 +169,29 @@ def test_openai_backend_needs_server_url():
 def test_vllm_backend_without_vllm_names_the_gpu_extra():
     with pytest.raises(ImportError, match=r"`gpu` extra"):
         make_backend(RolloutConfig(backend="vllm"))
+
+
+class CharTokenizer(TinyTokenizer):
+    """One id per character of fenced python; 0 is <eos>."""
+
+    vocab = {"<eos>": 0, **{c: i for i, c in enumerate("`pythonx=1\n hel", start=1)}}
+
+
+def test_client_cuts_a_reply_at_its_first_closed_block():
+    """A server cannot stop on a block; the client drops what follows it, which is exactly what
+    a sampler that stopped there would have returned (tokens come left to right)."""
+    tok = CharTokenizer()
+    text = "```python\nx=1\n```\nhello\n```py\n"
+    ids = tok.encode(text)
+    http, _ = fake_server(lambda body: choice(ids, "length", [-0.1 * (i + 1) for i in range(len(ids))]))
+    be = OpenAIBackend("http://srv", tokenizer=tok, http=http)
+    (c,) = be.generate([[1]], SamplingParams(max_new_tokens=len(ids), stop_at_block=True))
+    assert tok.decode(c.token_ids) == "```python\nx=1\n```" and c.finish_reason == "block"
+    assert c.logprobs == [-0.1 * (i + 1) for i in range(len(c.token_ids))]
+    (whole,) = be.generate([[1]], SamplingParams(max_new_tokens=len(ids)))
+    assert whole.token_ids == ids and whole.finish_reason == "length"
+    open_only = tok.encode("```python\nx=1\n")
+    http, _ = fake_server(lambda body: choice(open_only + [0], "stop"))
+    be = OpenAIBackend("http://srv", tokenizer=tok, http=http)
+    (c,) = be.generate([[1]], SamplingParams(max_new_tokens=32, stop_at_block=True))
+    assert c.token_ids == open_only + [0] and c.finish_reason == "stop"  # no block closed: untouched

@@ -64,11 +64,12 @@ def test_short_style_is_a_fraction_of_the_full_one_and_asks_for_one_python_block
     assert "then submit" in prompts.instance_prompt(t) and "VIEW" not in prompts.instance_prompt(t)
 
 
-@pytest.mark.parametrize("show_source", [False, True])
-def test_short_demo_observations_are_what_the_environment_prints(tmp_path, show_source):
-    demo_task = prompts.DEMO_TASK_NAMED if show_source else prompts.DEMO_TASK
+@pytest.mark.parametrize("show_source, line_hint", [(False, False), (True, False), (True, True)])
+def test_short_demo_observations_are_what_the_environment_prints(tmp_path, show_source, line_hint):
+    demo_task = (prompts.DEMO_TASK_LINE if line_hint else prompts.DEMO_TASK_NAMED) if show_source else prompts.DEMO_TASK
     env = env_for(tmp_path, demo_task, {prompts.DEMO_FILE: prompts.DEMO_SOURCE}, show_source=show_source)
-    demo = prompts.one_shot_demo("tools+file", "short", show_source)
+    demo = prompts.one_shot_demo("tools+file", "short", show_source, line_hint)
+    assert ("This line looks wrong: `return width * width`" in demo[0]["content"]) == line_hint
     first = env.reset()
     wd = env.sandbox.workdir
     assert demo[0]["content"] == prompts.DEMO_PREFIX + first.replace(wd, "/testbed")

@@ -37,3 +37,24 @@ def test_the_curriculum_selects_kinds_and_level_then_caps():
     assert [x.problem_statement for x in got] == ["l3 0", "l3 4"]
     assert len(select_tasks(tasks, DataConfig(max_tasks=4))) == 4
     assert len(select_tasks(tasks, DataConfig(modifiers=["swap_args", "flip_compare"]))) == 5
+
+
+BUG_PATCH = """diff --git a/p/m.py b/p/m.py
+--- a/p/m.py
++++ b/p/m.py
+@@ -3,3 +3,3 @@ def f(a, b):
+     x = 1
+-    return a - b
++    return b - a
+"""
+
+
+def test_hint_level_4_adds_the_wrong_line_and_falls_back_to_3():
+    t = _task(hint_level=1, bug_patch=BUG_PATCH, statements={"1": "level 1", "3": "level 3 names f in p/m.py"})
+    four = at_hint_level(t, 4)
+    assert four.problem_statement == "level 3 names f in p/m.py\n\nThis line looks wrong: `return b - a`"
+    assert four.meta["hint_level"] == 4 and "a - b" not in four.problem_statement  # never the fix
+    dropped = BUG_PATCH.replace("+    return b - a\n", "")  # a removed statement: no wrong line to show
+    three = at_hint_level(_task(hint_level=1, bug_patch=dropped, statements={"3": "level 3"}), 4)
+    assert three.problem_statement == "level 3" and three.meta["hint_level"] == 3
+    assert at_hint_level(_task(), 4).problem_statement == "level 1"  # imported: unchanged

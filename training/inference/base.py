@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Callable, Literal, Protocol, runtime_checkable
 
+from environments.actions import closes_block
 from swerl.config import Sampling
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "block"]  # block: Sampling.stop_at_block
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class SamplingParams:
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     max_new_tokens: int = 512
+    stop_at_block: bool = False
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
 
@@ -128,6 +130,21 @@ def stop_ids_for(tokenizer: Any, generation_eos: int | list[int] | None = None) 
     return ids
 
 
+def cut_at_block(c: Completion, decode: Callable[[list[int]], str]) -> Completion:
+    """The completion as a stop at the end of its first fenced block would have left it.
+
+    Tokens are sampled left to right, so dropping what follows the block gives exactly the
+    distribution of a sampler that stopped there: a backend that cannot stop on a block itself
+    (a remote server, vLLM) samples on and is cut here, at the cost of the tokens it wasted.
+    """
+    if not closes_block(decode(c.token_ids)):
+        return c
+    for k in range(1, len(c.token_ids) + 1):  # the shortest prefix that holds the block
+        if closes_block(decode(c.token_ids[:k])):
+            return c if k == len(c.token_ids) else Completion(c.token_ids[:k], c.logprobs[:k], "block")
+    return c
+
+
 def check_completion(c: Completion, sp: SamplingParams, stop_ids: set[int]) -> Completion:
     """Catch a sampler that ignored our limits or stop ids instead of trusting it silently.
 
@@ -139,6 +156,8 @@ def check_completion(c: Completion, sp: SamplingParams, stop_ids: set[int]) -> C
     if c.finish_reason == "stop" and (not c.token_ids or c.token_ids[-1] not in stop_ids):
         last = c.token_ids[-1] if c.token_ids else None
         raise ValueError(f"sampler stopped on {last!r}, not one of the stop ids {sorted(stop_ids)}")
+    if c.finish_reason == "block" and not sp.stop_at_block:
+        raise ValueError("finish_reason=block but stop_at_block is off")
     if c.finish_reason == "length" and len(c.token_ids) != sp.max_new_tokens:
         raise ValueError(f"finish_reason=length after {len(c.token_ids)} of {sp.max_new_tokens} tokens")
     return c

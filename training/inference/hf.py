@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from swerl.model_cache import ModelResolutionError, resolve_model
+from environments.actions import closes_block
 from training.inference.base import (Completion, SamplingParams, policy_version_of, row_seeds,
                                      stop_ids_for)
 from training.inference.sampling import processed_logprobs, sample_rows
@@ -90,6 +91,8 @@ class HFBackend:
         self.stop_ids = stop_ids_for(self.tokenizer, gen_eos)
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else min(self.stop_ids))
+        # stop_at_block only needs a look at the text when a token could close a fence
+        self._tick_ids = {i for t, i in self.tokenizer.get_vocab().items() if "`" in t}
         params = inspect.signature(self.model.forward).parameters
         # transformers 5.x renames past_key_values -> cache (the old name is deprecated)
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -178,6 +181,8 @@ class HFBackend:
                 lps[i].append(lp)
                 if t in stop:
                     reasons[i] = "stop"
+                elif sp.stop_at_block and t in self._tick_ids and closes_block(self.tokenizer.decode(tokens[i])):
+                    reasons[i] = "block"
                 else:
                     keep.append(r)
             if not keep or step == sp.max_new_tokens - 1:

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from swerl.model_cache import resolve_model
-from training.inference.base import (Completion, SamplingParams, check_completion, row_seeds,
+from training.inference.base import (Completion, SamplingParams, check_completion, cut_at_block, row_seeds,
                                      stop_ids_for)
 
 ID_PREFIX = "token_id:"
@@ -130,10 +130,11 @@ class OpenAIBackend:
         if reason not in ("stop", "length"):
             raise InferenceServerError(f"finish_reason {reason!r} (aborted or unsupported)")
         try:
-            return check_completion(Completion(ids, [float(x) for x in lps], reason), sp,
-                                    self.stop_ids | set(sp.stop_token_ids))
+            c = check_completion(Completion(ids, [float(x) for x in lps], reason), sp,
+                                 self.stop_ids | set(sp.stop_token_ids))
         except ValueError as err:
             raise InferenceServerError(f"server ignored a sampling setting: {err}") from None
+        return cut_at_block(c, self.tokenizer.decode) if sp.stop_at_block else c
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Completion]:
         """Seeded calls give prompt i the seed ``seed + i`` so repeated prompts still differ."""

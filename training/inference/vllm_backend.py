@@ -11,7 +11,7 @@ import gc
 from typing import Any
 
 from swerl.model_cache import resolve_model
-from training.inference.base import (Completion, SamplingParams, check_completion,
+from training.inference.base import (Completion, SamplingParams, check_completion, cut_at_block,
                                      policy_version_of, row_seeds, stop_ids_for)
 
 GPU_EXTRA_HINT = ("backend=vllm needs vLLM, which runs on GPU workers only: install the `gpu` "
@@ -81,8 +81,9 @@ class VLLMBackend:
                 raise RuntimeError(f"vLLM finished a request with {c.finish_reason!r}")
             ids = list(c.token_ids)
             lps = [float(c.logprobs[j][t].logprob) for j, t in enumerate(ids)]
-            result.append(check_completion(Completion(ids, lps, c.finish_reason), sampling,
-                                           self.stop_ids | set(sampling.stop_token_ids)))
+            done = check_completion(Completion(ids, lps, c.finish_reason), sampling,
+                                    self.stop_ids | set(sampling.stop_token_ids))
+            result.append(cut_at_block(done, self.tokenizer.decode) if sampling.stop_at_block else done)
         return result
 
     def load_weights(self, checkpoint_dir: str) -> None:
