@@ -250,7 +250,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from training.bench_rollout import bench_rollout
 
         out = bench_rollout(model=cfg.rollout.model, env_cfg=cfg.environment, seed=cfg.seed, progress=True,
-                            threads=cfg.rollout.infer_threads)
+                            threads=cfg.rollout.infer_threads, dtype=cfg.rollout.dtype)
     else:
         from training.bench_train import bench_train
 

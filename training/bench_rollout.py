@@ -61,13 +61,14 @@ def _run(tasks: list[TaskInstance], samples: int, backend: InferenceBackend, env
 def bench_rollout(n_episodes: int = 8, concurrency: int = 8, max_turns: int = 3, max_new_tokens: int = 64,
                   n_tasks: int = 4, model: str = "default", seed: int = 0, prefix_cache: bool = True,
                   backend: InferenceBackend | None = None, env_cfg: EnvironmentConfig | None = None,
-                  progress: bool = False, threads: int | None = None) -> dict[str, Any]:
+                  progress: bool = False, threads: int | None = None, dtype: str = "float32") -> dict[str, Any]:
     """Batched (`concurrency` episodes at once) then sequential (one at a time); both reports and
     the speedups. `n_episodes` must be a multiple of `n_tasks` (samples per task).
 
     `prefix_cache`: the transformers backend reuses each context's keys/values across turns
     (training.prefix_cache). Emptied between the two runs: the second must not find the first's
-    contexts, which are the same ids. `threads`: torch threads while generating (both runs).
+    contexts, which are the same ids. `threads`: torch threads while generating, `dtype`: the
+    policy's weights while sampling (both runs).
     """
     if n_episodes % n_tasks:
         raise ValueError(f"n_episodes={n_episodes} is not a multiple of n_tasks={n_tasks}")
@@ -76,7 +77,7 @@ def bench_rollout(n_episodes: int = 8, concurrency: int = 8, max_turns: int = 3,
         from training.inference.hf import HFBackend
         from training.prefix_cache import PrefixCachingHFBackend
 
-        backend = (PrefixCachingHFBackend if prefix_cache else HFBackend)(model, seed=seed, threads=threads)
+        backend = (PrefixCachingHFBackend if prefix_cache else HFBackend)(model, seed=seed, threads=threads, dtype=dtype)
     env_cfg = env_cfg or EnvironmentConfig(sandbox="docker", command_timeout_s=30, test_timeout_s=180)
     limits = AgentLimits(max_turns=max_turns, max_context_tokens=4096, max_new_tokens=max_new_tokens)
     backend.generate([[1, 2, 3]], SamplingParams(max_new_tokens=2, seed=0))  # warm the model up
@@ -92,6 +93,7 @@ def bench_rollout(n_episodes: int = 8, concurrency: int = 8, max_turns: int = 3,
         computed[name] = getattr(backend, "prefill_tokens", 0) - before
         print(f"[bench_rollout] {name}: {time.monotonic() - t0:.0f} s", flush=True)
     out: dict[str, Any] = {"n_episodes": n_episodes, "concurrency": concurrency, "max_turns": max_turns,
+                           "dtype": getattr(backend, "dtype", dtype), "threads": getattr(backend, "threads", threads),
                            "max_new_tokens": max_new_tokens, "prefix_cache": hasattr(backend, "reset_cache"),
                            "tasks": [t.instance_id for t in tasks]}
     for name, stats in runs.items():
