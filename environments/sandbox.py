@@ -76,6 +76,7 @@ _LIVE: dict[int, Sandbox] = {}
 _LIVE_LOCK = threading.Lock()
 _EXIT_HOOKS: list[Callable[[], None]] = []
 _handlers_installed = False
+_sigterm_installed = False
 
 
 def session_id() -> str:
@@ -116,7 +117,7 @@ def process_started_at(pid: int | None = None) -> float:
 
 
 def track(sandbox: Sandbox) -> None:
-    _install_exit_handlers()
+    install_exit_handlers()
     with _LIVE_LOCK:
         _LIVE[id(sandbox)] = sandbox
 
@@ -154,16 +155,21 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)  # unwinds `with` blocks, then atexit runs close_all()
 
 
-def _install_exit_handlers() -> None:
-    global _handlers_installed
-    if _handlers_installed:
-        return
-    _handlers_installed = True
-    atexit.register(_at_exit)
+def install_exit_handlers() -> None:
+    """atexit once; the SIGTERM handler from the main thread only (Python's rule), so a process
+    whose sandboxes are all started by worker threads (the rollout engine) must call this from
+    its main thread first. Otherwise SIGTERM killed it with every
+    sandbox left running."""
+    global _handlers_installed, _sigterm_installed
+    if not _handlers_installed:
+        _handlers_installed = True
+        atexit.register(_at_exit)
     # only take SIGTERM over when nobody else did (Prefect, a server): their handler wins
-    if (threading.current_thread() is threading.main_thread()
+    if (not _sigterm_installed and threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
         signal.signal(signal.SIGTERM, _on_sigterm)
+        _sigterm_installed = True
+
 
 
 def _forget_parent_sandboxes() -> None:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 from tqdm import tqdm
 
 from environments.records import TaskInstance
-from environments.sandbox import SandboxError
+from environments.sandbox import SandboxError, install_exit_handlers
 from training.agent import (AgentLimits, Episode, Request, RewardFn, episode_patch, grade_episode,
                             start_episode)
 from training.chat import ChatFormat
@@ -241,6 +241,7 @@ def collect(tasks: Iterable[TaskInstance], samples: int, backend: InferenceBacke
             spec: RolloutSpec, reward_fn: RewardFn, sink: TrajectorySink | None = None,
             progress: bool = True) -> RolloutStats:
     """Run `samples` episodes of every task; return all trajectories, reused ones included."""
+    install_exit_handlers()  # sandboxes start in worker threads; SIGTERM must still close them
     chat = ChatFormat.from_tokenizer(backend.tokenizer)
     sampling = chat.sampling(spec.sampling)
     sink = sink or TrajectorySink(None, "")

@@ -35,6 +35,28 @@ print(json.dumps({"session": session_id(), "cids": [b.cid for b in boxes],
 boxes[0].exec("sleep 100")  # blocked here when the signal comes
 """
 
+# The rollout engine's shape: sandboxes start in worker threads, where Python does not let a
+# SIGTERM handler be installed; the engine installs it from the main thread first.
+CHILD_THREADS = """
+import json, sys, threading, time
+from environments.sandbox import install_exit_handlers, open_sandbox, session_id
+from swerl.config import EnvironmentConfig
+
+image, repo = sys.argv[1], sys.argv[2]
+install_exit_handlers()
+cfg = EnvironmentConfig(command_timeout_s=120)
+boxes = []
+workers = [threading.Thread(target=lambda: boxes.append(open_sandbox(image, cfg)), daemon=True) for _ in range(2)]
+[w.start() for w in workers]
+[w.join() for w in workers]
+local = []
+w = threading.Thread(target=lambda: local.append(open_sandbox(repo, cfg.model_copy(update={"sandbox": "local"}))))
+w.start(); w.join()
+print(json.dumps({"session": session_id(), "cids": [b.cid for b in boxes],
+                  "scratch": str(local[0].scratch)}), flush=True)
+time.sleep(100)
+"""
+
 
 @pytest.fixture(scope="module")
 def image() -> str:
@@ -48,8 +70,8 @@ def repo(tmp_path_factory) -> Path:
     return make_test_repo(tmp_path_factory.mktemp("src") / "repo")
 
 
-def start_child(image: str, repo: Path) -> tuple[subprocess.Popen, dict]:
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, image, str(repo)], cwd=ROOT,
+def start_child(image: str, repo: Path, code: str = CHILD) -> tuple[subprocess.Popen, dict]:
+    proc = subprocess.Popen([sys.executable, "-c", code, image, str(repo)], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
@@ -77,6 +99,18 @@ def test_signal_removes_every_sandbox(image, repo, sig):
     proc, info = start_child(image, repo)
     assert all(exists(c) for c in info["cids"]) and Path(info["scratch"]).is_dir()
     proc.send_signal(sig)
+    proc.wait(timeout=60)
+    assert list_containers(info["session"]) == []
+    assert not any(exists(c) for c in info["cids"])
+    assert not Path(info["scratch"]).exists()
+
+
+def test_sigterm_removes_sandboxes_that_worker_threads_started(image, repo):
+    from environments.docker_sandbox import list_containers
+
+    proc, info = start_child(image, repo, CHILD_THREADS)
+    assert all(exists(c) for c in info["cids"]) and Path(info["scratch"]).is_dir()
+    proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
     assert list_containers(info["session"]) == []
     assert not any(exists(c) for c in info["cids"])
