@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import resource
 
+import time
+
 import pytest
 
 from environments import sandbox as lifecycle
@@ -116,7 +118,17 @@ def test_death_mid_command_is_an_infra_error(sb):
 
     import threading
 
-    threading.Timer(1.0, lambda: api().kill(sb.cid)).start()
+    def kill_once_running() -> None:
+        """Kill when `sleep 30` is really running: a fixed delay raced a loaded machine, where
+        the kill came before the command and the sandbox was (rightly) reset instead."""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if any("sleep 30" in " ".join(p) for p in api().top(sb.cid)["Processes"]):
+                break
+            time.sleep(0.1)
+        api().kill(sb.cid)
+
+    threading.Thread(target=kill_once_running, daemon=True).start()
     with pytest.raises(SandboxDead):
         sb.exec("sleep 30")
     with pytest.raises(SandboxDead):
