@@ -58,7 +58,8 @@ def image_id(ref: str) -> str | None:
 def _stream(cmd: list[str] | str, progress: Progress, *, shell: bool = False, stdin: str | None = None) -> None:
     """Run a build tool, passing its output lines to `progress`; raise with the tail on failure."""
     proc = subprocess.Popen(
-        cmd, shell=shell, executable="/bin/bash" if shell else None, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cmd, shell=shell, executable="/bin/bash" if shell else None,  # pipefail is not in sh
+        text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
     )
     if stdin is not None:

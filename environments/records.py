@@ -113,12 +113,12 @@ def at_hint_level(task: TaskInstance, level: int) -> TaskInstance:
     at level 3, and its meta says so."""
     statements = task.meta.get("statements") or {}
     text = statements.get(str(level))
-    if text is None and level == 4 and "3" in statements:
-        from environments.curation.statements import line_statement
+    from environments.curation.statements import LINE_HINT, line_statement
 
-        text = line_statement(statements["3"], task.meta.get("bug_patch") or "")
+    if text is None and level == LINE_HINT and str(LINE_HINT - 1) in statements:
+        text = line_statement(statements[str(LINE_HINT - 1)], task.meta.get("bug_patch") or "")
         if text is None:
-            return at_hint_level(task, 3)
+            return at_hint_level(task, LINE_HINT - 1)
     if text is None or task.meta.get("hint_level") == level:
         return task
     d = task.to_dict()

@@ -158,8 +158,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 def install_exit_handlers() -> None:
     """atexit once; the SIGTERM handler from the main thread only (Python's rule), so a process
     whose sandboxes are all started by worker threads (the rollout engine) must call this from
-    its main thread first. Otherwise SIGTERM killed it with every
-    sandbox left running."""
+    its main thread first, or SIGTERM kills it with every sandbox left running."""
     global _handlers_installed, _sigterm_installed
     if not _handlers_installed:
         _handlers_installed = True
@@ -169,7 +168,6 @@ def install_exit_handlers() -> None:
             and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
         signal.signal(signal.SIGTERM, _on_sigterm)
         _sigterm_installed = True
-
 
 
 def _forget_parent_sandboxes() -> None:

@@ -5,72 +5,105 @@ ignored). Train projects only (load_task_spec drops eval tasks). Numbers: docs/D
     python scripts/demo_fewshot_probe.py T K MAX_LINES SAMPLES PER_PROJECT
     python scripts/demo_fewshot_probe.py 0.5 4 8 4 6
 """
-import sys, ast, re, textwrap, time
-from pathlib import Path
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT / 'scripts'))
-from demo_probe import load_task_spec, sdist_file
-from environments import prompts
-from environments.swe_env import locate, without_docstring, enclosing
-from training.chat import ChatFormat
-from training.inference.hf import HFBackend
-from training.inference.base import SamplingParams
 
-T = float(sys.argv[1]); K = int(sys.argv[2]); MAXL = int(sys.argv[3]); N = int(sys.argv[4]); PER = int(sys.argv[5])
-DEMOS = [  # (statement, file, buggy code, wrong line, fixed code)
-    ("`is_even(4)` returns False, but 4 is even.", "nums.py", "def is_even(n):\n    return n % 2 == 1", "return n % 2 == 1", "def is_even(n):\n    return n % 2 == 0"),
-    ("`first_or_default([5], 0)` returns 0 instead of 5.", "seq.py", "def first_or_default(items, default):\n    if not items:\n        return items[0]\n    return default", "if not items:", "def first_or_default(items, default):\n    if items:\n        return items[0]\n    return default"),
-    ("`clamp_low(1, 3)` returns 1, but it should be 3.", "bounds.py", "def clamp_low(x, low):\n    if x > low:\n        return low\n    return x", "if x > low:", "def clamp_low(x, low):\n    if x < low:\n        return low\n    return x"),
-    ("`power(2, 3)` returns 9 instead of 8.", "maths.py", "def power(base, exp):\n    return pow(exp, base)", "return pow(exp, base)", "def power(base, exp):\n    return pow(base, exp)"),
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+from demo_probe import first_replies, line_bug, load_task_spec  # noqa: E402
+from environments import prompts  # noqa: E402
+from environments.curation.statements import with_line_hint  # noqa: E402
+from environments.swe_env import without_docstring  # noqa: E402
+from training.chat import ChatFormat  # noqa: E402
+from training.inference.base import SamplingParams  # noqa: E402
+from training.inference.hf import HFBackend  # noqa: E402
+
+# (statement, file, buggy function, fixed function): one per kind of change the bugs need
+DEMOS = [
+    ("`is_even(4)` returns False, but 4 is even.", "nums.py",
+     "def is_even(n):\n    return n % 2 == 1", "def is_even(n):\n    return n % 2 == 0"),
+    ("`first_or_default([5], 0)` returns 0 instead of 5.", "seq.py",
+     "def first_or_default(items, default):\n    if not items:\n        return items[0]\n    return default",
+     "def first_or_default(items, default):\n    if items:\n        return items[0]\n    return default"),
+    ("`clamp_low(1, 3)` returns 1, but it should be 3.", "bounds.py",
+     "def clamp_low(x, low):\n    if x > low:\n        return low\n    return x",
+     "def clamp_low(x, low):\n    if x < low:\n        return low\n    return x"),
+    ("`power(2, 3)` returns 9 instead of 8.", "maths.py",
+     "def power(base, exp):\n    return pow(exp, base)", "def power(base, exp):\n    return pow(base, exp)"),
 ]
-def q(statement, path, fn, code, first, last, line):
-    issue = f"{statement}\n\nThe problem seems to be in `{fn}` in `{path}`.\n\nThis line looks wrong: `{line}`"
-    return "<issue>\n" + issue + "\n</issue>\n\n" + prompts.source_block(path, fn, first, last, code) + f"\n\nWrite the corrected `{fn.rsplit('.',1)[-1]}` in one ```python block."
-tasks = load_task_spec(str(ROOT / '.swerl/store'), None, 4, PER, 0, MAXL, None, {'drop_statement', 'drop_branch'})
-be = HFBackend('default', seed=0, threads=2)
-chat = ChatFormat.from_tokenizer(be.tokenizer)
-msgs0 = [{"role": "system", "content": prompts.system_prompt("tools+file", 100, "short")}]
-for st, path, code, line, fixed in DEMOS[:K]:
-    fn = code.split("(")[0][4:]
-    msgs0 += [{"role": "user", "content": q(st, path, fn, code, 1, code.count("\n") + 1, line)},
-              {"role": "assistant", "content": f"```python\n{fixed}\n```"}]
-def fdef(code, name):
+
+
+def ask(statement: str, path: str, fn: str, code: str, first: int, last: int, wrong: str) -> str:
+    """The short-style task prompt at hint level 4 with the function shown."""
+    issue = with_line_hint(f"{statement}\n\nThe problem seems to be in `{fn}` in `{path}`.", wrong)
+    return (f"<issue>\n{issue}\n</issue>\n\n{prompts.source_block(path, fn, first, last, code)}\n\n"
+            f"Write the corrected `{fn.rsplit('.', 1)[-1]}` in one ```python block.")
+
+
+def body_dump(code: str, name: str) -> str | None:
+    """The AST of function `name`'s body in `code`, docstring dropped; None if absent/invalid."""
     try:
-        tree = ast.parse(textwrap.dedent(code))
+        tree = ast.parse(without_docstring(code)[0])
     except SyntaxError:
         return None
-    for n in ast.walk(tree):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name:
-            body = n.body[1:] if n.body and isinstance(n.body[0], ast.Expr) and isinstance(getattr(n.body[0], 'value', None), ast.Constant) and isinstance(n.body[0].value.value, str) else n.body
-            return ast.dump(ast.Module(body=body, type_ignores=[]))
-    return None
-rows = []
-for t in tasks:
-    site = t.meta['mutations'][0]; bp = t.meta['bug_patch']
-    gold = [l[1:] for l in bp.splitlines() if l.startswith('-') and not l.startswith('---')][0]
-    bug = [l[1:] for l in bp.splitlines() if l.startswith('+') and not l.startswith('+++')][0]
-    src = sdist_file(t, site['path']); where = locate(src, site['function'])
-    gcode = textwrap.dedent('\n'.join(src.split('\n')[where[0]-1:where[1]]))
-    code = without_docstring(gcode.replace(gold.strip(), bug.strip(), 1))[0]
-    name = enclosing(site['function']).rsplit('.', 1)[-1]
-    prompt = msgs0 + [{"role": "user", "content": q(t.problem_statement.rsplit("\n\nThe problem seems", 1)[0], site['path'], enclosing(site['function']), code, where[0], where[1], bug)}]
-    rows.append((t, fdef(gcode, name), fdef(code, name), name, chat.prompt_ids(prompt)))
-print(len(rows), 'tasks', sum(len(r[4]) for r in rows) // len(rows), 'prompt tokens', flush=True)
-sp = chat.sampling(SamplingParams(temperature=T, max_new_tokens=128, stop_at_block=True))
-t0 = time.time(); ok = same = fmt = 0; per = {}; kinds = {}
-ps = [r[4] for r in rows for _ in range(N)]
-outs = []
-for s in range(0, len(ps), 16):
-    outs += be.generate_rows(ps[s:s+16], sp, list(range(s, min(s + 16, len(ps)))))
-for k, c in enumerate(outs):
-    t, g, b, name, _ = rows[k // N]
-    text = be.tokenizer.decode(c.token_ids, skip_special_tokens=True)
-    m = re.search(r"```python\n(.*?)\n```", text, re.S)
-    got = fdef(m.group(1), name) if m else None
-    fmt += got is not None; same += got is not None and got == b
-    good = got is not None and got == g
-    ok += good; per[t.instance_id] = per.get(t.instance_id, 0) + good
-    mk = t.meta['modifier']; kinds.setdefault(mk, [0, 0]); kinds[mk][0] += good; kinds[mk][1] += 1
-n = len(outs)
-print(f"T={T} K={K} maxl={MAXL}: fixed {ok}/{n} = {ok/n:.3f}; parsed def {fmt/n:.2f}; unchanged {same/n:.2f}; tasks fixed>=1 {sum(v>0 for v in per.values())}/{len(per)}; {time.time()-t0:.0f}s")
-print(kinds)
+    node = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name == name), None)
+    return None if node is None else ast.dump(ast.Module(body=node.body, type_ignores=[]))
+
+
+def main(temperature: float, k: int, max_lines: int, samples: int, per_project: int) -> None:
+    tasks = load_task_spec(str(ROOT / ".swerl/store"), None, 4, per_project, 0, max_lines, None,
+                           {"drop_statement", "drop_branch"})
+    backend = HFBackend("default", seed=0, threads=2)
+    chat = ChatFormat.from_tokenizer(backend.tokenizer)
+    head = [{"role": "system", "content": prompts.system_prompt("tools+file", 100, "short")}]
+    for statement, path, bug, fixed in DEMOS[:k]:
+        fn = bug.split("(")[0].removeprefix("def ")
+        wrong = next(a for a, b in zip(bug.splitlines(), fixed.splitlines()) if a != b).strip()
+        head += [{"role": "user", "content": ask(statement, path, fn, bug, 1, bug.count("\n") + 1, wrong)},
+                 {"role": "assistant", "content": f"```python\n{fixed}\n```"}]
+    rows = []
+    for t in tasks:
+        if (b := line_bug(t)) is None:
+            continue
+        name = b.function.rsplit(".", 1)[-1]
+        statement = t.problem_statement.rsplit("\n\nThe problem seems", 1)[0]
+        user = ask(statement, b.path, b.function, b.shown, b.first, b.last, b.bug_line)
+        rows.append((t, body_dump(b.gold_code, name), body_dump(b.shown, name), name,
+                     chat.prompt_ids(head + [{"role": "user", "content": user}])))
+    print(len(rows), "tasks", sum(len(r[4]) for r in rows) // max(len(rows), 1), "prompt tokens", flush=True)
+    sp = chat.sampling(SamplingParams(temperature=temperature, max_new_tokens=128, stop_at_block=True))
+    t0 = time.time()
+    outs = first_replies(backend, [r[4] for r in rows], samples, sp)
+    fixed = parsed = unchanged = 0
+    per_task: dict[str, int] = {}
+    kinds: dict[str, list[int]] = {}
+    for i, text in enumerate(outs):
+        t, want, bug, name, _ = rows[i // samples]
+        m = re.search(r"```python\n(.*?)\n```", text, re.S)
+        got = body_dump(m.group(1), name) if m else None
+        good = got is not None and got == want
+        parsed += got is not None
+        unchanged += got is not None and got == bug
+        fixed += good
+        per_task[t.instance_id] = per_task.get(t.instance_id, 0) + good
+        kind = kinds.setdefault(t.meta["modifier"], [0, 0])
+        kind[0] += good
+        kind[1] += 1
+    n = max(len(outs), 1)
+    print(f"T={temperature} K={k} maxl={max_lines}: fixed {fixed}/{len(outs)} = {fixed / n:.3f}; parsed def "
+          f"{parsed / n:.2f}; unchanged {unchanged / n:.2f}; tasks fixed>=1 "
+          f"{sum(v > 0 for v in per_task.values())}/{len(per_task)}; {time.time() - t0:.0f}s")
+    print(kinds)
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    main(float(a[0]), int(a[1]), int(a[2]), int(a[3]), int(a[4]))

@@ -106,19 +106,63 @@ def sdist_file(task: TaskInstance, path: str) -> str | None:
     return None
 
 
-def function_lines(task: TaskInstance) -> int | None:
-    """Code lines (docstring excluded) of the bug's function, read from the project's cached sdist."""
+def gold_function(task: TaskInstance) -> tuple[str, int, int] | None:
+    """(dedented source, first line, last line) of the bug's function as released, from the
+    project's cached sdist; None when it cannot be found."""
     import textwrap
 
-    from environments.swe_env import locate, without_docstring
+    from environments.swe_env import locate
 
     site = (task.meta.get("mutations") or [{}])[0]
     source = sdist_file(task, site.get("path", ""))
     where = locate(source, site["function"]) if source is not None else None
     if where is None:
         return None
-    code = textwrap.dedent("\n".join(source.split("\n")[where[0] - 1:where[1]]))
-    return len(without_docstring(code)[0].strip().split("\n"))
+    return textwrap.dedent("\n".join(source.split("\n")[where[0] - 1:where[1]])), where[0], where[1]
+
+
+@dataclass(frozen=True)
+class LineBug:
+    """A one-line bug as the level-4 probes show it: the function with the bug, docstring hidden."""
+
+    path: str
+    function: str  # the name shown and rewritten (a nested function's enclosing def)
+    gold_line: str
+    bug_line: str
+    gold_code: str
+    shown: str
+    first: int
+    last: int
+
+
+def line_bug(task: TaskInstance) -> LineBug | None:
+    """None for a bug that is not a one-line change or whose function is not in the sdist."""
+    from environments.curation.statements import changed_line
+    from environments.swe_env import enclosing, without_docstring
+
+    site, line, gold = task.meta["mutations"][0], changed_line(task.meta.get("bug_patch") or ""), gold_function(task)
+    if line is None or gold is None:
+        return None
+    code, first, last = gold
+    shown = without_docstring(code.replace(line[0], line[1], 1))[0]
+    return LineBug(site["path"], enclosing(site["function"]), line[0], line[1], code, shown, first, last)
+
+
+def first_replies(backend, prompts_: list[list[int]], samples: int, sampling) -> list[str]:
+    """`samples` decoded first replies per prompt (prompt-major), 16 at a time, seeded by index."""
+    ids = [p for p in prompts_ for _ in range(samples)]
+    out = []
+    for s in range(0, len(ids), 16):
+        out += backend.generate_rows(ids[s:s + 16], sampling, list(range(s, min(s + 16, len(ids)))))
+    return [backend.tokenizer.decode(c.token_ids, skip_special_tokens=True) for c in out]
+
+
+def function_lines(task: TaskInstance) -> int | None:
+    """Code lines (docstring excluded) of the bug's function."""
+    from environments.swe_env import without_docstring
+
+    gold = gold_function(task)
+    return None if gold is None else len(without_docstring(gold[0])[0].strip().split("\n"))
 
 
 def with_images(tasks: list[TaskInstance]) -> list[TaskInstance]:

@@ -1,73 +1,84 @@
 """First-reply probe (no Docker, no grading): with the wrong line named (hint level 4), does the
-policy write `replace 'OLD' 'NEW'` whose NEW is the gold line? Train projects only. Numbers:
-docs/DEMO.md.
+policy write `replace 'OLD' 'NEW'` that turns the buggy line into the gold one? Train projects
+only (load_task_spec drops eval tasks). Numbers: docs/DEMO.md.
 
     python scripts/demo_replace_probe.py T demo|nodemo MAX_LINES SAMPLES
     python scripts/demo_replace_probe.py 0.7 demo 12 4
 """
-import sys, json, random, re, shlex, textwrap, time
-from pathlib import Path
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT / 'scripts'))
-from demo_probe import load_task_spec, sdist_file
-from environments import prompts
-from environments.swe_env import locate, without_docstring, enclosing
-from training.chat import ChatFormat
-from training.inference.hf import HFBackend
-from training.inference.base import SamplingParams
 
-T = float(sys.argv[1]); STYLE = sys.argv[2]; MAXL = int(sys.argv[3]); N = int(sys.argv[4])
-tasks = load_task_spec(str(ROOT / '.swerl/store'), None, 4, 6, 0, MAXL, None, {'drop_statement', 'drop_branch'})
-SYS = ("You are an expert Python programmer who fixes bugs. Reply with one command in a ```bash block: "
-       "replace 'OLD' 'NEW' replaces the text OLD in the file by NEW.")
-DEMO_Q = prompts.DEMO_PREFIX + "<issue>\n" + prompts.DEMO_TASK_LINE.problem_statement + "\n</issue>\n\n" + \
-    prompts.source_block("shapes.py", "rectangle_area", 4, 5, "def rectangle_area(width, height):\n    return width * width") + \
-    "\n\nFix the wrong line with one replace command in a ```bash block."
-DEMO_A = "```bash\nreplace 'return width * width' 'return width * height'\n```"
-be = HFBackend('default', seed=0)
-chat = ChatFormat.from_tokenizer(be.tokenizer)
-rows = []
-for t in tasks:
-    site = t.meta['mutations'][0]
-    bp = t.meta['bug_patch']
-    gold = [l[1:] for l in bp.splitlines() if l.startswith('-') and not l.startswith('---')][0]
-    bug = [l[1:] for l in bp.splitlines() if l.startswith('+') and not l.startswith('+++')][0]
-    src = sdist_file(t, site['path'])
-    where = locate(src, site['function'])
-    lines = src.split('\n')[where[0]-1:where[1]]
-    code = textwrap.dedent('\n'.join(lines)).replace(gold.strip(), bug.strip(), 1)
-    code = without_docstring(code)[0]
-    view = prompts.source_block(site['path'], enclosing(site['function']), where[0], where[1], code)
-    q = "<issue>\n" + t.problem_statement + "\n</issue>\n\n" + view + "\n\nFix the wrong line with one replace command in a ```bash block."
-    msgs = [{"role": "system", "content": SYS}]
-    if STYLE == 'demo':
-        msgs += [{"role": "user", "content": DEMO_Q}, {"role": "assistant", "content": DEMO_A}]
-    msgs.append({"role": "user", "content": q})
-    rows.append((t, gold.strip(), bug.strip(), chat.prompt_ids(msgs)))
-print(len(rows), 'tasks', sum(len(r[3]) for r in rows) / len(rows), 'prompt tokens')
-sp = chat.sampling(SamplingParams(temperature=T, max_new_tokens=80, stop_at_block=True))
-t0 = time.time(); ok = fmt = same = 0; per = {}
-prompts_ = [r[3] for r in rows for _ in range(N)]
-seeds = list(range(len(prompts_)))
-outs = []
-for s in range(0, len(prompts_), 16):
-    outs += be.generate_rows(prompts_[s:s+16], sp, seeds[s:s+16])
-for k, c in enumerate(outs):
-    t, gold, bug, _ = rows[k // N]
-    text = be.tokenizer.decode(c.token_ids, skip_special_tokens=True)
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+from demo_probe import first_replies, line_bug, load_task_spec  # noqa: E402
+from environments import prompts  # noqa: E402
+from training.chat import ChatFormat  # noqa: E402
+from training.inference.base import SamplingParams  # noqa: E402
+from training.inference.hf import HFBackend  # noqa: E402
+
+SYSTEM = ("You are an expert Python programmer who fixes bugs. Reply with one command in a ```bash block: "
+          "replace 'OLD' 'NEW' replaces the text OLD in the file by NEW.")
+INSTRUCTION = "\n\nFix the wrong line with one replace command in a ```bash block."
+DEMO_VIEW = prompts.source_block(prompts.DEMO_FILE, "rectangle_area", 4, 5,
+                                 "def rectangle_area(width, height):\n    return width * width")
+DEMO = [{"role": "user", "content": prompts.DEMO_PREFIX + f"<issue>\n{prompts.DEMO_TASK_LINE.problem_statement}"
+         f"\n</issue>\n\n{DEMO_VIEW}{INSTRUCTION}"},
+        {"role": "assistant", "content": "```bash\nreplace 'return width * width' 'return width * height'\n```"}]
+
+
+def replaced(text: str, bug: str) -> tuple[bool, str | None]:
+    """(well-formed replace command, the buggy line after it or None)."""
     m = re.search(r"```bash\n(.*?)\n```", text, re.S)
-    good = False
-    if m:
-        try:
-            w = shlex.split(m.group(1))
-            if len(w) == 3 and w[0] == 'replace':
-                fmt += 1
-                new = bug.replace(w[1].strip(), w[2].strip(), 1) if w[1].strip() in bug else None
-                same += new == bug
-                good = new is not None and new == gold
-        except ValueError:
-            pass
-    ok += good; per[t.instance_id] = per.get(t.instance_id, 0) + good
-    if k < 3 * N or good: print(good, t.meta['modifier'], repr(text[:160]))
-n = len(outs)
-print(f"T={T} {STYLE} maxl={MAXL}: fixed {ok}/{n} = {ok/n:.3f}; well-formed replace {fmt/n:.2f}; no-op {same/n:.2f}; tasks fixed>=1: {sum(v>0 for v in per.values())}/{len(per)}; {time.time()-t0:.0f}s")
+    try:
+        words = shlex.split(m.group(1)) if m else []
+    except ValueError:
+        return False, None
+    if len(words) != 3 or words[0] != "replace":
+        return False, None
+    old, new = words[1].strip(), words[2].strip()
+    return True, (bug.replace(old, new, 1) if old and old in bug else None)
+
+
+def main(temperature: float, with_demo: bool, max_lines: int, samples: int) -> None:
+    tasks = load_task_spec(str(ROOT / ".swerl/store"), None, 4, 6, 0, max_lines, None,
+                           {"drop_statement", "drop_branch"})
+    backend = HFBackend("default", seed=0)
+    chat = ChatFormat.from_tokenizer(backend.tokenizer)
+    head = [{"role": "system", "content": SYSTEM}] + (DEMO if with_demo else [])
+    rows = []
+    for t in tasks:
+        if (b := line_bug(t)) is None:
+            continue
+        view = prompts.source_block(b.path, b.function, b.first, b.last, b.shown)
+        user = f"<issue>\n{t.problem_statement}\n</issue>\n\n{view}{INSTRUCTION}"
+        rows.append((t, (b.gold_line, b.bug_line), chat.prompt_ids(head + [{"role": "user", "content": user}])))
+    print(len(rows), "tasks", sum(len(r[2]) for r in rows) / max(len(rows), 1), "prompt tokens", flush=True)
+    sp = chat.sampling(SamplingParams(temperature=temperature, max_new_tokens=80, stop_at_block=True))
+    t0 = time.time()
+    outs = first_replies(backend, [r[2] for r in rows], samples, sp)
+    fixed = formed = noop = 0
+    per_task: dict[str, int] = {}
+    for i, text in enumerate(outs):
+        t, (gold_line, bug_line), _ = rows[i // samples]
+        ok, after = replaced(text, bug_line)
+        good = after == gold_line
+        formed += ok
+        noop += after == bug_line
+        fixed += good
+        per_task[t.instance_id] = per_task.get(t.instance_id, 0) + good
+    n = max(len(outs), 1)
+    print(f"T={temperature} {'demo' if with_demo else 'nodemo'} maxl={max_lines}: fixed {fixed}/{len(outs)} = "
+          f"{fixed / n:.3f}; well-formed replace {formed / n:.2f}; no-op {noop / n:.2f}; tasks fixed>=1: "
+          f"{sum(v > 0 for v in per_task.values())}/{len(per_task)}; {time.time() - t0:.0f}s")
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    main(float(a[0]), a[1] == "demo", int(a[2]), int(a[3]))

@@ -77,7 +77,8 @@ def bench_rollout(n_episodes: int = 8, concurrency: int = 8, max_turns: int = 3,
         from training.inference.hf import HFBackend
         from training.prefix_cache import PrefixCachingHFBackend
 
-        backend = (PrefixCachingHFBackend if prefix_cache else HFBackend)(model, seed=seed, threads=threads, dtype=dtype)
+        backend = (PrefixCachingHFBackend if prefix_cache else HFBackend)(model, seed=seed, threads=threads,
+                                                                          dtype=dtype)
     env_cfg = env_cfg or EnvironmentConfig(sandbox="docker", command_timeout_s=30, test_timeout_s=180)
     limits = AgentLimits(max_turns=max_turns, max_context_tokens=4096, max_new_tokens=max_new_tokens)
     backend.generate([[1, 2, 3]], SamplingParams(max_new_tokens=2, seed=0))  # warm the model up

@@ -278,15 +278,23 @@ def statements(project: str, version: str, tests: list[FailedTest], where: list[
     return {level: "\n\n".join(parts) for level, parts in enumerate((parts0, parts1, parts2, parts3))}
 
 
+def changed_line(bug_patch: str) -> tuple[str, str] | None:
+    """(gold line, buggy line), stripped, when the bug patch (gold -> buggy) changes exactly one
+    line; None otherwise (a dropped statement, a multi-line change)."""
+    changed = [line for line in bug_patch.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    gold = [line[1:].strip() for line in changed if line.startswith("-")]
+    bug = [line[1:].strip() for line in changed if line.startswith("+")]
+    return (gold[0], bug[0]) if len(gold) == len(bug) == 1 and bug[0] else None
+
+
 def line_statement(level3: str, bug_patch: str) -> str | None:
     """Hint level 4: the level-3 statement plus the one line the bug changed, quoted as a user
     points at a suspicious line. None when the bug is not a one-line change (a dropped
     statement has no wrong line left to show)."""
-    changed = [line for line in bug_patch.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
-    added = [line[1:].strip() for line in changed if line.startswith("+")]
-    if len(changed) != 2 or len(added) != 1 or not added[0] or "`" in added[0]:
+    line = changed_line(bug_patch)
+    if line is None or "`" in line[1]:
         return None
-    return with_line_hint(level3, added[0])
+    return with_line_hint(level3, line[1])
 
 
 def with_line_hint(level3: str, line: str) -> str:

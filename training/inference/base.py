@@ -130,14 +130,15 @@ def stop_ids_for(tokenizer: Any, generation_eos: int | list[int] | None = None) 
     return ids
 
 
-def cut_at_block(c: Completion, decode: Callable[[list[int]], str]) -> Completion:
-    """The completion as a stop at the end of its first fenced block would have left it.
+def cut_at_block(c: Completion, sp: SamplingParams, decode: Callable[[list[int]], str]) -> Completion:
+    """The completion as a stop at the end of its first fenced block would have left it (when
+    `sp.stop_at_block`; otherwise unchanged).
 
     Tokens are sampled left to right, so dropping what follows the block gives exactly the
     distribution of a sampler that stopped there: a backend that cannot stop on a block itself
     (a remote server, vLLM) samples on and is cut here, at the cost of the tokens it wasted.
     """
-    if not closes_block(decode(c.token_ids)):
+    if not sp.stop_at_block or not closes_block(decode(c.token_ids)):
         return c
     for k in range(1, len(c.token_ids) + 1):  # the shortest prefix that holds the block
         if closes_block(decode(c.token_ids[:k])):

@@ -134,7 +134,7 @@ class OpenAIBackend:
                                  self.stop_ids | set(sp.stop_token_ids))
         except ValueError as err:
             raise InferenceServerError(f"server ignored a sampling setting: {err}") from None
-        return cut_at_block(c, self.tokenizer.decode) if sp.stop_at_block else c
+        return cut_at_block(c, sp, self.tokenizer.decode)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Completion]:
         """Seeded calls give prompt i the seed ``seed + i`` so repeated prompts still differ."""

@@ -83,7 +83,7 @@ class VLLMBackend:
             lps = [float(c.logprobs[j][t].logprob) for j, t in enumerate(ids)]
             done = check_completion(Completion(ids, lps, c.finish_reason), sampling,
                                     self.stop_ids | set(sampling.stop_token_ids))
-            result.append(cut_at_block(done, self.tokenizer.decode) if sampling.stop_at_block else done)
+            result.append(cut_at_block(done, sampling, self.tokenizer.decode))
         return result
 
     def load_weights(self, checkpoint_dir: str) -> None:
