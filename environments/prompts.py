@@ -1,12 +1,15 @@
 """What the agent is told: the system prompt, the task prompt, a worked example.
 
-Two styles, because the policies differ by three orders of magnitude:
+Three styles, because the policies differ by three orders of magnitude:
   full   the SWE-agent tool set documented in the system prompt (~450 tokens); for models that can
          navigate a repository over many turns.
   short  two sentences of system prompt and one instruction after the task: write the corrected
          code in one ```python block. The default 135M policy, given the full prompt at
          temperature 1.0, mostly wrote prose with no block at all (docs/DEMO.md has the numbers);
          every prompt token is also paid for on every turn of every rollout.
+  line   short, but the answer is the one corrected line (environments/rewrite.py `merge_line`):
+         for hint-level-4 tasks, whose statement quotes the wrong line. A reply of a few tokens
+         instead of a whole function; the policy mostly copied whole functions unchanged.
 Both accept the same actions (environments/actions.py); a style only changes what is explained.
 
 The rollout engine composes [system, *one_shot_demo, user: SWEEnv.reset() observation, ...];
@@ -26,7 +29,8 @@ from environments.curation.statements import LINE_HINT, with_line_hint
 from environments.records import TaskInstance
 from environments.sandbox import WORKDIR
 
-PromptStyle = Literal["full", "short"]
+PromptStyle = Literal["full", "short", "line"]
+SHORT_STYLES = ("short", "line")
 
 _INTRO = f"""You are a software engineer fixing an issue in a Python repository at {WORKDIR}, using a shell.
 Each reply: think briefly, then give exactly ONE action in ONE fenced block. You then see its output.
@@ -63,14 +67,19 @@ _END = "\nWhen the issue is fixed, reply with ```bash\nsubmit\n```"
 _SHORT_SYSTEM = ("You are an expert Python programmer who fixes bugs. Reply with the corrected code in one "
                  "```python block; it replaces the function of the same name in the file. "
                  "After the fix is applied, reply ```bash\nsubmit\n```")
+_LINE_SYSTEM = ("You are an expert Python programmer who fixes bugs. Reply with the corrected line in one "
+                "```python block; it replaces the line it corrects in the file. "
+                "After the fix is applied, reply ```bash\nsubmit\n```")
 _SHORT_SYSTEM_TOOLS = ("You are an expert Python programmer who fixes bugs, one shell command per reply in one "
                        "```bash block (use sed or python to edit files). When the bug is fixed, reply "
                        "```bash\nsubmit\n```")
 
 
 def system_prompt(action_format: ActionFormat, window: int, style: PromptStyle = "full") -> str:
-    if style == "short":
-        return _SHORT_SYSTEM if action_format == "tools+file" else _SHORT_SYSTEM_TOOLS
+    if style in SHORT_STYLES:
+        if action_format != "tools+file":
+            return _SHORT_SYSTEM_TOOLS
+        return _LINE_SYSTEM if style == "line" else _SHORT_SYSTEM
     text = _INTRO + _TOOLS.format(window=window)
     if action_format == "tools+file":
         text += _REWRITE
@@ -83,8 +92,9 @@ def instance_prompt(task: TaskInstance, style: PromptStyle = "full", view: str |
     and, in the short style, the one instruction comes last, where a small model attends most."""
     issue = f"<issue>\n{task.problem_statement.strip()}\n</issue>\n"
     shown = f"\n{view}\n" if view else ""
-    if style == "short":
+    if style in SHORT_STYLES:
         what = f"`{function.rsplit('.', 1)[-1]}`" if function else "code"
+        what = "line" if style == "line" else what
         return issue + shown + f"\nWrite the corrected {what} in one ```python block."
     return (issue + shown + f"The repository {task.repo} is checked out at {WORKDIR}. Change its source files so "
             "that the issue is resolved, then submit. The tests that check your fix are hidden; you may write and "
@@ -134,8 +144,15 @@ DEMO_TASK_LINE = TaskInstance.from_dict({
 })
 
 _PATH = f"{WORKDIR}/{DEMO_FILE}"
-_FOOT_NONE = f"(Current directory: {WORKDIR}, current file: none)"
-_FOOT_FILE = f"(Current directory: {WORKDIR}, current file: {_PATH})"
+
+
+def state_footer(file: str | None) -> str:
+    """The line the environment ends every observation with (tools.Workspace.footer), at the start."""
+    return f"(Current directory: {WORKDIR}, current file: {file or 'none'})"
+
+
+_FOOT_NONE = state_footer(None)
+_FOOT_FILE = state_footer(_PATH)
 _OPENED = f"""[File: {_PATH} (9 lines total)]
 1:\"\"\"Area helpers.\"\"\"
 2:
@@ -181,7 +198,45 @@ _FIX = {
 _FIXED = {"tools": _EDITED, "tools+file": _REWRITTEN}
 _SUBMIT = "rectangle_area now returns width * height, which fixes the issue.\n```bash\nsubmit\n```"
 _SHORT_FIX = "```python\ndef rectangle_area(width, height):\n    return width * height\n```"
+_LINE_FIX = "```python\nreturn width * height\n```"
+_LINE_FIXED = f"Rewrote {_PATH}: replaced line 5.\n" + _EDITED
 _SHORT_SUBMIT = "```bash\nsubmit\n```"
+
+
+# Worked examples of the line style, one per kind of change a quoted line needs (the rectangle
+# demo above is a wrong name): a constant, a `not`, a comparison, the argument order. Measured on
+# train tasks: with four of them 2.3% of first replies were the fix, with the one demo 0/144
+# episodes (docs/DEMO.md). (file, function, buggy source, statement, wrong line, fixed line)
+LINE_EXAMPLES = [
+    ("nums.py", "is_even", "def is_even(n):\n    return n % 2 == 1\n", "`is_even(4)` returns False, but 4 is even.",
+     "return n % 2 == 1", "return n % 2 == 0"),
+    ("seq.py", "first_or_default", "def first_or_default(items, default):\n    if not items:\n        return items[0]\n"
+     "    return default\n", "`first_or_default([5], 0)` returns 0 instead of 5.", "if not items:", "if items:"),
+    ("bounds.py", "clamp_low", "def clamp_low(x, low):\n    if x > low:\n        return low\n    return x\n",
+     "`clamp_low(1, 3)` returns 1, but it should be 3.", "if x > low:", "if x < low:"),
+    ("maths.py", "power", "def power(base, exp):\n    return pow(exp, base)\n", "`power(2, 3)` returns 9 instead of 8.",
+     "return pow(exp, base)", "return pow(base, exp)"),
+]
+
+
+def line_example_task(path: str, function: str, statement: str, wrong: str) -> TaskInstance:
+    """A LINE_EXAMPLES entry as a hint-level-4 task (site recorded as curation records it)."""
+    named = f"{statement}\n\nThe problem seems to be in `{function}` in `{path}`."
+    return TaskInstance(instance_id=f"demo__{function}-1", repo=f"demo/{function}", base_commit="HEAD",
+                        problem_statement=with_line_hint(named, wrong), patch="", test_patch="", FAIL_TO_PASS=[],
+                        PASS_TO_PASS=[], meta={"mutations": [{"path": path, "function": function, "line": 2}],
+                                               "hint_level": LINE_HINT})
+
+
+def line_examples() -> list[dict[str, str]]:
+    """The line style's extra worked examples: each the task as the environment states it, then
+    the corrected line (one-turn episodes end there)."""
+    messages = []
+    for path, function, _, statement, wrong, right in LINE_EXAMPLES:
+        task = line_example_task(path, function, statement, wrong)
+        messages += [{"role": "user", "content": instance_prompt(task, "line") + "\n" + state_footer(f"{WORKDIR}/{path}")},
+                     {"role": "assistant", "content": f"```python\n{right}\n```"}]
+    return messages
 
 
 def one_shot_demo(action_format: ActionFormat, style: PromptStyle = "full",
@@ -191,25 +246,27 @@ def one_shot_demo(action_format: ActionFormat, style: PromptStyle = "full",
     Full style: open -> fix -> submit. Short style: the fix as a python block, then submit; with
     `show_source` the demo task names the function and its source is shown, as the real tasks'
     first observation will be; with `line_hint` its statement also quotes the wrong line, as
-    hint-level-4 statements do.
+    hint-level-4 statements do. Line style: the fix is the corrected line, and LINE_EXAMPLES
+    follow the demo.
     """
-    if style == "short" and action_format == "tools+file":
+    if style in SHORT_STYLES and action_format == "tools+file":
+        line = style == "line"
         task = (DEMO_TASK_LINE if line_hint else DEMO_TASK_NAMED) if show_source else DEMO_TASK
         view = source_block(DEMO_FILE, "rectangle_area", 4, 5, "def rectangle_area(width, height):\n"
-                            "    return width * width") if show_source else None
+                            "    return width * width") if show_source and not line else None
         foot = _FOOT_FILE if show_source else _FOOT_NONE
         fn = "rectangle_area" if show_source else None
         return [
             {"role": "user", "content": DEMO_PREFIX + instance_prompt(task, style, view, fn) + "\n" + foot},
-            {"role": "assistant", "content": _SHORT_FIX},
-            {"role": "user", "content": _REWRITTEN},
+            {"role": "assistant", "content": _LINE_FIX if line else _SHORT_FIX},
+            {"role": "user", "content": _LINE_FIXED if line else _REWRITTEN},
             {"role": "assistant", "content": _SHORT_SUBMIT},
-        ]
+        ] + (line_examples() if line and show_source else [])
     return [
         {"role": "user", "content": DEMO_PREFIX + instance_prompt(DEMO_TASK) + "\n" + _FOOT_NONE},
         {"role": "assistant", "content": _LOOK},
         {"role": "user", "content": _OPENED},
         {"role": "assistant", "content": _FIX[action_format]},
         {"role": "user", "content": _FIXED[action_format]},
-        {"role": "assistant", "content": _SHORT_SUBMIT if style == "short" else _SUBMIT},
+        {"role": "assistant", "content": _SHORT_SUBMIT if style in SHORT_STYLES else _SUBMIT},
     ]

@@ -16,6 +16,7 @@ import ast
 import re
 import threading
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 
 Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
@@ -70,6 +71,10 @@ def defined_names(code: str) -> list[str]:
 
 
 def merge_code(original: str | None, code: str) -> Merge:
+    if original is not None and (line := _lone_line(code)) is not None:
+        merged = merge_line(original, line)
+        if merged is not None:
+            return merged
     try:
         block = parse_python(code)
     except SyntaxError as e:
@@ -89,6 +94,62 @@ def merge_code(original: str | None, code: str) -> Merge:
     if _signatures(tree) <= _signatures(block):
         return whole
     return _splice(original, tree, code, block)
+
+
+# A lone line this similar to a file line (difflib ratio, indentation ignored) is its correction.
+LINE_MATCH_MIN = 0.6
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def _lone_line(code: str) -> str | None:
+    """The block's one line when it is a single statement line, not a definition or import."""
+    lines = [ln for ln in code.split("\n") if ln.strip()]
+    if len(lines) != 1 or re.match(r"\s*(?:async\s+def|def|class|import|from\s+\S+\s+import|@)\b", lines[0]):
+        return None
+    return lines[0]
+
+
+def _line_similarity(a: str, b: str) -> float:
+    """Shared tokens as a share of both lines (a multiset Dice score): a fix keeps most of the
+    line's tokens and may reorder them (swapped arguments), so order is not compared."""
+    ta, tb = Counter(_TOKEN.findall(a)), Counter(_TOKEN.findall(b))
+    total = sum(ta.values()) + sum(tb.values())
+    return 2 * sum((ta & tb).values()) / total if total else 0.0
+
+
+def merge_line(original: str, line: str) -> Merge | None:
+    """A one-line block is the corrected version of one line of the file: it replaces the file's
+    most similar line, keeping that line's indentation.
+
+    Why: when the issue quotes the suspicious line (hint level 4), "here is that line, fixed" is
+    the shortest answer a small model can give (a handful of tokens instead of a whole function),
+    and it is what a reviewer would write. An ambiguous match, a line that is already in the file
+    unchanged, or a result that does not parse changes nothing and says why. None when no line
+    is close: then the block is not a line fix (e.g. `print(f())`), and the definition merge
+    explains what a block may hold.
+    """
+    lines = original.split("\n")
+    want = line.strip()
+    scored = sorted(((_line_similarity(old, want), i) for i, old in enumerate(lines) if old.strip()), reverse=True)
+    if not scored or scored[0][0] < LINE_MATCH_MIN:
+        return None
+    best, at = scored[0]
+    if lines[at].strip() == want:
+        raise MergeError(f"Line {at + 1} already reads `{want}`: your block changes nothing. Write the line "
+                         "as it should be.")
+    ties = sorted(i + 1 for r, i in scored if r == best)
+    if len(ties) > 1:
+        raise MergeError(f"Your one-line block matches lines {', '.join(map(str, ties))} equally well, so nothing "
+                         "was changed. Write the whole corrected function instead.")
+    indent = lines[at][:len(lines[at]) - len(lines[at].lstrip())]
+    lines[at] = indent + want
+    text = "\n".join(lines)
+    try:
+        parse_python(text)
+    except SyntaxError as e:
+        raise MergeError(f"Putting your line in place of line {at + 1} would leave a syntax error at line "
+                         f"{e.lineno} ({e.msg}); nothing was changed.") from None
+    return Merge(text, [f"replaced line {at + 1}"], (at + 1, at + 1))
 
 
 def _signatures(tree: ast.Module) -> set[tuple[str, str]]:

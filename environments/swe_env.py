@@ -90,6 +90,8 @@ class SWEEnv:
         named = named_function(self.task) if self.show_source else None
         view = function_view(self.ws, *named) if named else None
         shown = enclosing(named[1]) if named and view else None
+        if self.prompt_style == "line":  # its file is open, but the quoted line is the code to copy:
+            view = None  # shown a whole function, the 135M policy rewrote whole functions
         return self._observe(instance_prompt(self.task, self.prompt_style, view, shown))
 
     def step(self, text: str) -> StepResult:

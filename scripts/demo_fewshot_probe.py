@@ -26,18 +26,8 @@ from training.inference.base import SamplingParams  # noqa: E402
 from training.inference.hf import HFBackend  # noqa: E402
 
 # (statement, file, buggy function, fixed function): one per kind of change the bugs need
-DEMOS = [
-    ("`is_even(4)` returns False, but 4 is even.", "nums.py",
-     "def is_even(n):\n    return n % 2 == 1", "def is_even(n):\n    return n % 2 == 0"),
-    ("`first_or_default([5], 0)` returns 0 instead of 5.", "seq.py",
-     "def first_or_default(items, default):\n    if not items:\n        return items[0]\n    return default",
-     "def first_or_default(items, default):\n    if items:\n        return items[0]\n    return default"),
-    ("`clamp_low(1, 3)` returns 1, but it should be 3.", "bounds.py",
-     "def clamp_low(x, low):\n    if x > low:\n        return low\n    return x",
-     "def clamp_low(x, low):\n    if x < low:\n        return low\n    return x"),
-    ("`power(2, 3)` returns 9 instead of 8.", "maths.py",
-     "def power(base, exp):\n    return pow(exp, base)", "def power(base, exp):\n    return pow(base, exp)"),
-]
+DEMOS = [(statement, path, source.rstrip("\n"), source.replace(wrong, right).rstrip("\n"))
+         for path, _, source, statement, wrong, right in prompts.LINE_EXAMPLES]
 
 
 def ask(statement: str, path: str, fn: str, code: str, first: int, last: int, wrong: str) -> str:

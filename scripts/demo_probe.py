@@ -53,6 +53,8 @@ VARIANTS = {
     "short": Variant("short", False, False),
     "short-src": Variant("short", True, False),
     "short-src-demo": Variant("short", True, True),
+    "line": Variant("line", True, False),
+    "line-demo": Variant("line", True, True),
 }
 
 

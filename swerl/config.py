@@ -69,6 +69,9 @@ class DataConfig(Strict):
     max_tasks: int | None = Field(None, ge=1)  # cap per split, after the per-project cap
     # how much the issue says (3 = names file and function); applied when tasks are loaded
     hint_level: int = Field(1, ge=0, le=4)  # 4: + the wrong line (records.at_hint_level)
+    # drop tasks that cannot be stated at hint_level (level 4 needs a one-line bug; by default
+    # such tasks stay, stated at level 3)
+    exact_hint_level: bool = False
     # curriculum: keep only synthesised bugs of these kinds (both splits; None = all kinds)
     modifiers: list[str] | None = None
     determinism_runs: int = Field(3, ge=1)
@@ -107,8 +110,9 @@ class RolloutConfig(Strict):
     concurrency: int = Field(4, ge=1)  # sandboxes at once
     one_shot_demo: bool = False  # every stage's prompts start with the worked example
     action_format: Literal["tools", "tools+file"] = "tools+file"
-    # "short": one instruction, no tool manual (what a 135M model can follow); "full": SWE-agent's
-    prompt_style: Literal["full", "short"] = "full"
+    # "short": one instruction, no tool manual (what a 135M model can follow); "full": SWE-agent's;
+    # "line": short, answered with the corrected line (needs hint level 4, which quotes it)
+    prompt_style: Literal["full", "short", "line"] = "full"
     # the first observation shows the function a hint-level-3 issue names, as if opened
     show_source: bool = False
     sampling: Sampling = Field(default_factory=Sampling)
@@ -239,6 +243,15 @@ class SwerlConfig(Strict):
                 "rollout.sampling: training rollouts must sample from the unfiltered policy: "
                 + ", ".join(bad)
             )
+        return self
+
+    @model_validator(mode="after")
+    def _line_style_has_a_line_to_fix(self) -> "SwerlConfig":
+        d, r = self.data, self.rollout
+        if r.prompt_style == "line" and (d.hint_level != 4 or not d.exact_hint_level or r.action_format != "tools+file"):
+            raise ValueError("rollout.prompt_style: 'line' asks for the corrected version of the line the issue quotes: "
+                             "it needs data.hint_level 4, data.exact_hint_level true and rollout.action_format "
+                             "'tools+file'")
         return self
 
     @property

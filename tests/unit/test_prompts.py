@@ -64,11 +64,13 @@ def test_short_style_is_a_fraction_of_the_full_one_and_asks_for_one_python_block
     assert "then submit" in prompts.instance_prompt(t) and "VIEW" not in prompts.instance_prompt(t)
 
 
-@pytest.mark.parametrize("show_source, line_hint", [(False, False), (True, False), (True, True)])
-def test_short_demo_observations_are_what_the_environment_prints(tmp_path, show_source, line_hint):
+@pytest.mark.parametrize("show_source, line_hint, style", [(False, False, "short"), (True, False, "short"),
+                                                           (True, True, "short"), (True, True, "line")])
+def test_short_demo_observations_are_what_the_environment_prints(tmp_path, show_source, line_hint, style):
     demo_task = (prompts.DEMO_TASK_LINE if line_hint else prompts.DEMO_TASK_NAMED) if show_source else prompts.DEMO_TASK
-    env = env_for(tmp_path, demo_task, {prompts.DEMO_FILE: prompts.DEMO_SOURCE}, show_source=show_source)
-    demo = prompts.one_shot_demo("tools+file", "short", show_source, line_hint)
+    env = env_for(tmp_path, demo_task, {prompts.DEMO_FILE: prompts.DEMO_SOURCE}, show_source=show_source, style=style)
+    demo = prompts.one_shot_demo("tools+file", style, show_source, line_hint)[:4]  # line: examples follow
+    assert (demo[1]["content"] == "```python\nreturn width * height\n```") == (style == "line")
     assert ("This line looks wrong: `return width * width`" in demo[0]["content"]) == line_hint
     first = env.reset()
     wd = env.sandbox.workdir
@@ -200,3 +202,19 @@ def test_the_rollout_config_chooses_the_prompt_the_agent_renders():
     assert short[1:-1] == prompts.one_shot_demo(cfg.action_format, "short", show_source=True)
     assert "rectangle_area" in short[1]["content"] and short[-1]["content"] == "TASK"
     assert len(full) == 2 and full[0]["content"] == prompts.system_prompt(cfg.action_format, 100, "full")
+
+
+@pytest.mark.parametrize("i", range(len(prompts.LINE_EXAMPLES)))
+def test_line_examples_are_stated_as_the_environment_states_them_and_their_line_fixes_the_file(tmp_path, i):
+    path, function, source, statement, wrong, right = prompts.LINE_EXAMPLES[i]
+    examples = prompts.line_examples()
+    assert examples == prompts.one_shot_demo("tools+file", "line", True, True)[4:]
+    ask, answer = examples[2 * i], examples[2 * i + 1]
+    env = env_for(tmp_path, prompts.line_example_task(path, function, statement, wrong), {path: source}, style="line")
+    first = env.reset()
+    assert ask["content"] == first.replace(env.sandbox.workdir, "/testbed")
+    assert f"This line looks wrong: `{wrong}`" in first and wrong in source
+    res = env.step(answer["content"])
+    assert not res.format_error and "replaced line" in res.observation
+    assert f"-    {wrong}" in env.diff() and f"+    {right}" in env.diff()
+    env.close()

@@ -58,3 +58,15 @@ def test_hint_level_4_adds_the_wrong_line_and_falls_back_to_3():
     three = at_hint_level(_task(hint_level=1, bug_patch=dropped, statements={"3": "level 3"}), 4)
     assert three.problem_statement == "level 3" and three.meta["hint_level"] == 3
     assert at_hint_level(_task(), 4).problem_statement == "level 1"  # imported: unchanged
+
+
+def test_exact_hint_level_drops_tasks_that_cannot_be_stated_at_it():
+    from swerl.config import DataConfig
+    from training.stages import select_tasks
+
+    one_line = _task(hint_level=1, bug_patch=BUG_PATCH, statements={"3": "level 3"})
+    dropped = _task(hint_level=1, bug_patch=BUG_PATCH.replace("+    return b - a\n", ""), statements={"3": "level 3"})
+    tasks = [one_line, dropped, _task()]  # the last is imported: no statements at all
+    assert len(select_tasks(tasks, DataConfig(hint_level=4, max_tasks_per_project=9))) == 3
+    (kept,) = select_tasks(tasks, DataConfig(hint_level=4, exact_hint_level=True, max_tasks_per_project=9))
+    assert kept.meta["hint_level"] == 4 and kept.problem_statement.endswith("`return b - a`")

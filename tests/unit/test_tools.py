@@ -428,3 +428,27 @@ def test_merge_whole_file_only_when_the_block_covers_the_file():
     partial = whole.replace("import os\n", "")  # without the import it is not the whole file: keep it
     m = merge_code(CALC, partial)
     assert m.text.startswith("import os\n") and "return a + b" in m.text and "wrote the whole file" not in m.changes
+
+
+def test_a_one_line_block_replaces_the_line_it_corrects():
+    from environments.rewrite import MergeError, merge_code
+
+    src = "def power(base, exp):\n    x = 1\n    return pow(exp, base)\n"
+    m = merge_code(src, "return pow(base, exp)")  # the same tokens reordered: the third line, not the def
+    assert m.text == "def power(base, exp):\n    x = 1\n    return pow(base, exp)\n"
+    assert m.changes == ["replaced line 3"] and m.span == (3, 3)
+    assert merge_code(src, "        x = 2").text.splitlines()[1] == "    x = 2"  # the file's indentation is kept
+    for block, says in [("return pow(exp, base)", "already reads"), ("return pow(base, exp", "syntax error"),
+                        ("print(power(2, 3))", "Nothing to apply")]:  # not close to any line: not a line fix
+        with pytest.raises(MergeError, match=says):
+            merge_code(src, block)
+    with pytest.raises(MergeError, match="matches lines 2, 3 equally well"):
+        merge_code("def f(a, b):\n    g(a, b)\n    g(a, b)\n", "g(b, a)")
+
+
+def test_line_style_env_applies_the_corrected_line(tmp_path):
+    env = make_env(tmp_path, {"calc.py": CALC})
+    run(env, "open calc.py")
+    obs = run(env, "return a + b", "python")
+    assert obs.startswith(f"Rewrote {env.sandbox.workdir}/calc.py: replaced line 5.")
+    assert "-    return a - b\n+    return a + b" in env.diff()
