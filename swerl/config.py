@@ -166,8 +166,8 @@ class DAPOStage(Strict):
 
     @model_validator(mode="after")
     def _thresholds(self) -> "DAPOStage":
-        if self.l_thr >= self.max_turns:
-            raise ValueError(f"l_thr ({self.l_thr}) must be below max_turns ({self.max_turns})")
+        if self.l_thr > self.max_turns:  # equal: no episode is ever penalised (one-turn curricula)
+            raise ValueError(f"l_thr ({self.l_thr}) must not exceed max_turns ({self.max_turns})")
         return self
 
 

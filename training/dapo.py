@@ -35,7 +35,7 @@ def turn_penalty(turns: int, l_thr: int, t_max: int) -> float:
     Long episodes cost rollout time; the penalty steers towards solving in fewer turns without
     touching short episodes.
     """
-    if turns < l_thr:
+    if turns <= l_thr:  # at l_thr the line starts at 0 (and l_thr == t_max would divide by 0)
         return 0.0
     return (l_thr - turns) / (t_max - l_thr)
 

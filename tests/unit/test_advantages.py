@@ -67,3 +67,13 @@ def test_samples_from_groups_drops_errors_and_flat_groups():
     assert stats["trajectories_errored"] == 2
     assert stats["reward_mean"] == pytest.approx(2 / 5)  # rewards 1,0,0,0,1 of the 5 non-errors
     assert stats["resolved_share"] == pytest.approx(2 / 5)
+
+
+def test_l_thr_at_the_turn_limit_penalises_nothing():
+    """A one-turn curriculum (max_turns 1) sets l_thr = max_turns: no episode is penalised."""
+    from swerl.config import DAPOStage
+
+    assert turn_penalty(1, l_thr=1, t_max=1) == 0.0 and reward(True, 1, 1, 1) == 1.0
+    DAPOStage(max_turns=1, l_thr=1)
+    with pytest.raises(ValueError, match="must not exceed max_turns"):
+        DAPOStage(max_turns=1, l_thr=2)
