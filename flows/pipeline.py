@@ -71,7 +71,9 @@ def dapo(preset: str = "smoke", overrides: list[str] = [], run_id: str | None = 
     return _dapo_stages(ref, train, policy, iterations)
 
 
-def _dapo_stages(ref: RunRef, pool: list[dict[str, Any]], policy: str, cap: int | None) -> str:
+def _dapo_stages(ref: RunRef, pool: list[dict[str, Any]], policy: str, cap: int | None,
+                 checkpoints: list[str] | None = None) -> str:
+    """Run the DAPO iterations from `policy`; each new checkpoint's name is appended to `checkpoints`."""
     logger = get_run_logger()
     cfg = tracked(ref).ctx.cfg
     rows, done = [], 0
@@ -80,6 +82,8 @@ def _dapo_stages(ref: RunRef, pool: list[dict[str, Any]], policy: str, cap: int 
             if cap is not None and done >= cap:
                 return policy
             policy, metrics = st.dapo_iteration.with_options(**_opts(ref))(ref, s, it, pool, policy)
+            if checkpoints is not None:
+                checkpoints.append(policy)
             done += 1
             rows.append({"checkpoint": policy, **{k: round(v, 4) for k, v in metrics.items()
                                                    if k in ("reward_mean", "resolved_rate", "groups_kept",
@@ -121,7 +125,10 @@ def pipeline(preset: str = "smoke", overrides: list[str] = [], run_id: str | Non
         reports["rft"] = (reports["base"] if policy == "base"
                           else st.evaluate.with_options(**_opts(ref))(ref, "rft", policy, eval_tasks))
     if cfg.dapo.enabled:
-        policy = _dapo_stages(ref, pool, policy, None)
+        checkpoints: list[str] = []
+        policy = _dapo_stages(ref, pool, policy, None, checkpoints)
+        for name in checkpoints[:-1] if cfg.eval.each_dapo_checkpoint else []:
+            reports[name] = st.evaluate.with_options(**_opts(ref))(ref, name, name, eval_tasks)
         reports["dapo"] = st.evaluate.with_options(**_opts(ref))(ref, "dapo", policy, eval_tasks)
     create_table_artifact(_eval_table(reports), key="swerl-eval", description=f"evaluations of run {ref.run_id}")
     version = reg.register.with_options(**_opts(ref))(ref, policy, reports[list(reports)[-1]])

@@ -194,6 +194,9 @@ class EvalConfig(Strict):
     k: list[int] = Field(default_factory=lambda: [1, 5])
     sampling: Sampling = Field(default_factory=Sampling)
     significance: float = Field(0.05, gt=0, lt=1)
+    # the pipeline also evaluates every DAPO checkpoint before the last (labelled by name), for
+    # the report's Pass@1 per iteration; off, only the final one ("dapo")
+    each_dapo_checkpoint: bool = False
 
 
 class OrchestrationConfig(Strict):

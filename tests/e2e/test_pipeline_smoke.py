@@ -27,14 +27,15 @@ def test_every_stage_left_its_records(smoke_run):
     run_dir = cwd / ".swerl" / "store" / "runs" / result["run_id"]
     for stage in ("eval-base", "difficulty", "rft", "dapo-s1", "eval-dapo"):
         assert list((run_dir / "rollouts" / stage).rglob("*.json")), f"no trajectories for {stage}"
-    for label in ("base", "dapo"):
+    for label in ("base", "dapo-s1-0", "dapo"):  # eval.each_dapo_checkpoint: the first iteration's too
         report = json.loads((run_dir / "eval" / label / "report.json").read_text())
         assert report["n_runs"] == 2 and report["n_tasks"] == 2
         assert (run_dir / "eval" / label / "predictions-run0.jsonl").exists()
     assert (run_dir / "checkpoints" / "dapo-s1-0" / "_COMPLETE").exists()
     assert (run_dir / "checkpoints" / "dapo-s1-1" / "_COMPLETE").exists()
     rep = json.loads((run_dir / "report" / "report.json").read_text())
-    assert set(rep["eval"]) >= {"base", "dapo"} and rep["wall_time_s"]["total"] > 0
+    assert set(rep["eval"]) >= {"base", "dapo-s1-0", "dapo"} and rep["wall_time_s"]["total"] > 0
+    assert rep["eval"]["dapo-s1-0"]["policy"] == "dapo-s1-0" and rep["eval"]["dapo"]["policy"] == "dapo-s1-1"
     assert (run_dir / "report" / "pass1.png").stat().st_size > 1000
 
 
