@@ -96,7 +96,7 @@ def merge_code(original: str | None, code: str) -> Merge:
     return _splice(original, tree, code, block)
 
 
-# A lone line this similar to a file line (difflib ratio, indentation ignored) is its correction.
+# A lone line at least this similar to a file line (_line_similarity) is taken as its correction.
 LINE_MATCH_MIN = 0.6
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
