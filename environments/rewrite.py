@@ -49,16 +49,18 @@ class _Edit:
 _PARSE_LOCK = threading.Lock()
 
 
-def parse_python(text: str) -> ast.Module:
+def parse_python(text: str, mode: str = "exec") -> ast.Module | ast.Expression:
     """ast.parse without the SyntaxWarnings (e.g. invalid escapes) it would print to stderr.
 
-    One parse at a time: the rollout engine steps episodes in threads, and CPython 3.11's AST
-    constructor raised "SystemError: AST constructor recursion depth mismatch" when two threads
-    parsed at once (seen in a cpu-demo rollout); `catch_warnings` is process-global state too.
+    One parse at a time, in the whole process (every module parses through here): the rollout
+    engine steps episodes in threads and curation synthesises two projects at once, and CPython
+    3.11's AST constructor raised "SystemError: AST constructor recursion depth mismatch" when two
+    threads parsed at once (seen in a cpu-demo rollout, and in curation, where it dropped a whole
+    project from a run's train set); `catch_warnings` is process-global state too.
     """
     with _PARSE_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return ast.parse(text)
+        return ast.parse(text, mode=mode)
 
 
 def defined_names(code: str) -> list[str]:

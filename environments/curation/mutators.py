@@ -19,6 +19,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Iterator
 
+from environments.rewrite import parse_python
+
 MODIFIERS = (
     "flip_compare",  # a < b  ->  a >= b
     "boundary_shift",  # a < b  ->  a <= b (off-by-one in a bound)
@@ -448,7 +450,7 @@ def find_mutations(source: str, path: str, only_lines: set[int] | None = None,
     traced code object reports) is in the set: the functions the tests actually call.
     """
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except (SyntaxError, ValueError):
         return []
     src = _Source(source)
@@ -470,7 +472,7 @@ def find_mutations(source: str, path: str, only_lines: set[int] | None = None,
 def still_parses(source: str, mutations: list[Mutation]) -> bool:
     """Cheap guard before a mutant is tested (not run on all candidates: most are never tried)."""
     try:
-        ast.parse(apply_mutations(source, mutations))
+        parse_python(apply_mutations(source, mutations))
         return True
     except (SyntaxError, ValueError):
         return False

@@ -22,7 +22,6 @@ from __future__ import annotations
 import ast
 import copy
 import functools
-import warnings
 from dataclasses import dataclass, field
 
 from environments.curation.checks import NOTE, CheckRewriter, Fold, Placeholders, render
@@ -30,6 +29,7 @@ from environments.curation.pyast import (
     BUILTINS, CAPTURE, DEFS, EQUAL_CHECKS, RAISES_CHECKS, backward_slice, bound, code_calls,
     is_call_to, is_check, is_code_call, is_self, loaded, orient, params_of, replace_names, self_attrs,
 )
+from environments.rewrite import parse_python
 
 MAX_HELPER_LINES = 12  # a module-level helper longer than this is not copied in
 MAX_TITLE_CALL = 60
@@ -177,7 +177,7 @@ def _imports(module: ast.Module, names: set[str]) -> list[ast.stmt]:
 
 def _literal(text: str) -> ast.expr | None:
     try:
-        return ast.parse(text, mode="eval").body
+        return parse_python(text, mode="eval").body
     except SyntaxError:
         return None
 
@@ -235,9 +235,7 @@ def _short(node: ast.expr | None, values: dict[str, ast.expr], limit: int = MAX_
 def _parse(source: str) -> ast.Module | None:
     """Parsed once per test file: a task's failing tests mostly share one (never mutated here)."""
     try:
-        with warnings.catch_warnings():  # a test file's own `'\/'` is not our concern
-            warnings.simplefilter("ignore")
-            return ast.parse(source)
+        return parse_python(source)  # without warnings: a test file's own `'\/'` is not our concern
     except SyntaxError:
         return None
 

@@ -452,3 +452,17 @@ def test_line_style_env_applies_the_corrected_line(tmp_path):
     obs = run(env, "return a + b", "python")
     assert obs.startswith(f"Rewrote {env.sandbox.workdir}/calc.py: replaced line 5.")
     assert "-    return a - b\n+    return a + b" in env.diff()
+
+
+def test_every_module_parses_python_through_the_one_locked_parser():
+    """CPython 3.11's AST constructor fails ("AST constructor recursion depth mismatch") when two
+    threads parse at once; curation's two project threads hit it and lost a project. Every parse
+    in the library goes through environments.rewrite.parse_python, which holds one lock."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    offenders = [f"{f.relative_to(root)}:{n}" for d in ("environments", "training", "swerl", "flows", "tasks")
+                 for f in sorted((root / d).rglob("*.py")) if f.name != "rewrite.py"
+                 for n, line in enumerate(f.read_text().splitlines(), 1) if re.search(r"\bast\.parse\(", line)]
+    assert offenders == []
