@@ -40,6 +40,12 @@ def norm(line: str) -> str:
     return re.sub(r"\s+", "", line)
 
 
+def reply_line(text: str) -> str | None:
+    """The one line a reply's python block holds, whitespace removed; None for anything else."""
+    m = re.search(r"```python\n(.*?)\n```", text, re.S)
+    return norm(m.group(1)) if m and "\n" not in m.group(1).strip() else None
+
+
 def main(temperature: float, samples: int, per_project: int) -> None:
     tasks = load_task_spec(str(ROOT / ".swerl/store"), None, 4, per_project, 0, None, None,
                            {"drop_statement", "drop_branch"})
@@ -54,8 +60,7 @@ def main(temperature: float, samples: int, per_project: int) -> None:
     solved: dict[str, int] = defaultdict(int)
     for i, text in enumerate(outs):
         t, b, _ = rows[i // samples]
-        m = re.search(r"```python\n(.*?)\n```", text, re.S)
-        got = norm(m.group(1)) if m and "\n" not in m.group(1).strip() else None
+        got = reply_line(text)
         row = kinds[t.meta["modifier"]]
         row[0] += got == norm(b.gold_line)
         row[1] += got == norm(b.bug_line)

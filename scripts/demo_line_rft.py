@@ -12,7 +12,6 @@ the current policy, then SFT of the current policy on the fixed replies (the tra
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from collections import defaultdict
@@ -21,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from demo_line_probe import line_prompt, norm  # noqa: E402
+from demo_line_probe import line_prompt, norm, reply_line  # noqa: E402
 from demo_probe import line_bug, load_task_spec  # noqa: E402
 from swerl.config import TrainConfig  # noqa: E402
 from swerl.model_cache import resolve_model  # noqa: E402
@@ -47,8 +46,7 @@ def sample(backend, rows, samples, sp, seed0):
     for i, c in enumerate(out):
         t, b, p = rows[i // samples]
         text = backend.tokenizer.decode(c.token_ids, skip_special_tokens=True)
-        m = re.search(r"```python\n(.*?)\n```", text, re.S)
-        ok = bool(m) and "\n" not in m.group(1).strip() and norm(m.group(1)) == norm(b.gold_line)
+        ok = reply_line(text) == norm(b.gold_line)
         judged.append((t, p, c, text, ok))
     return judged
 

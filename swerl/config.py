@@ -251,10 +251,11 @@ class SwerlConfig(Strict):
     @model_validator(mode="after")
     def _line_style_has_a_line_to_fix(self) -> "SwerlConfig":
         d, r = self.data, self.rollout
-        if r.prompt_style == "line" and (d.hint_level != 4 or not d.exact_hint_level or r.action_format != "tools+file"):
+        if r.prompt_style == "line" and (d.hint_level != 4 or not d.exact_hint_level or r.action_format != "tools+file"
+                                         or not r.show_source):
             raise ValueError("rollout.prompt_style: 'line' asks for the corrected version of the line the issue quotes: "
-                             "it needs data.hint_level 4, data.exact_hint_level true and rollout.action_format "
-                             "'tools+file'")
+                             "it needs data.hint_level 4, data.exact_hint_level true, rollout.action_format "
+                             "'tools+file' and rollout.show_source true (which opens the file the line is in)")
         return self
 
     @property

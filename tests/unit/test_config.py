@@ -63,6 +63,14 @@ def test_training_sampling_guard_names_the_setting():
     assert load_config("smoke", ["eval.sampling.top_p=0.9"]).eval.sampling.top_p == 0.9
 
 
+def test_line_style_needs_a_quoted_line_and_an_open_file():
+    assert load_config("cpu-demo").rollout.prompt_style == "line"
+    for bad in ("data.hint_level=3", "data.exact_hint_level=false", "rollout.show_source=false",
+                "rollout.action_format=tools"):
+        with pytest.raises(ConfigError, match=r"rollout\.prompt_style: 'line'"):
+            load_config("cpu-demo", [bad])
+
+
 def test_flat_params_cover_nested_lists():
     p = flat_params(load_config("paper-72b"))
     assert p["dapo.stages.1.eps_high"] == "0.26"
