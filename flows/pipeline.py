@@ -86,7 +86,7 @@ def _dapo_stages(ref: RunRef, pool: list[dict[str, Any]], policy: str, cap: int 
                 checkpoints.append(policy)
             done += 1
             rows.append({"checkpoint": policy, **{k: round(v, 4) for k, v in metrics.items()
-                                                   if k in ("reward_mean", "resolved_rate", "groups_kept",
+                                                   if k in ("reward_mean", "resolved_rate", "problems", "groups_kept",
                                                             "groups_dropped", "loss", "clip_frac_high",
                                                             "mismatch/kl_k3", "mean_turns")}})
             logger.info("DAPO %s: %s", policy, rows[-1])

@@ -5,7 +5,11 @@ equals the gold line (whitespace ignored). The prompt is the rollout engine's (d
 prompts.LINE_EXAMPLES first). Train projects only (load_task_spec drops eval tasks).
 Numbers: docs/DEMO.md.
 
-    python scripts/demo_line_probe.py T SAMPLES PER_PROJECT
+    python scripts/demo_line_probe.py T SAMPLES PER_PROJECT [MODEL [MODIFIER,...]]
+
+MODEL is a checkpoint directory (default: the default model); MODIFIERS keeps only those kinds.
+"Mixed" counts the tasks whose SAMPLES replies are neither all fixed nor all wrong: the groups
+that would carry a DAPO gradient.
 """
 
 from __future__ import annotations
@@ -46,10 +50,13 @@ def reply_line(text: str) -> str | None:
     return norm(m.group(1)) if m and "\n" not in m.group(1).strip() else None
 
 
-def main(temperature: float, samples: int, per_project: int) -> None:
+def main(temperature: float, samples: int, per_project: int, model: str = "default",
+         modifiers: set[str] | None = None) -> None:
     tasks = load_task_spec(str(ROOT / ".swerl/store"), None, 4, per_project, 0, None, None,
                            {"drop_statement", "drop_branch"})
-    backend = PrefixCachingHFBackend("default", seed=0, threads=2, dtype="bfloat16")
+    if modifiers:
+        tasks = [t for t in tasks if t.meta.get("modifier") in modifiers]
+    backend = PrefixCachingHFBackend(model, seed=0, threads=2, dtype="bfloat16")
     chat = ChatFormat.from_tokenizer(backend.tokenizer)
     rows = [(t, b, line_prompt(chat, t, b)) for t in tasks if (b := line_bug(t)) is not None]
     print(len(rows), "tasks", sum(len(r[2]) for r in rows) // max(len(rows), 1), "prompt tokens", flush=True)
@@ -68,8 +75,10 @@ def main(temperature: float, samples: int, per_project: int) -> None:
         row[3] += 1
         solved[t.instance_id] += got == norm(b.gold_line)
     fixed, n = sum(r[0] for r in kinds.values()), max(len(outs), 1)
+    mixed = sum(0 < solved[t.instance_id] < samples for t, _, _ in rows)
     print(f"T={temperature}: fixed {fixed}/{len(outs)} = {fixed / n:.3f}; tasks fixed>=1 "
-          f"{sum(v > 0 for v in solved.values())}/{len(rows)}; {time.time() - t0:.0f}s")
+          f"{sum(v > 0 for v in solved.values())}/{len(rows)}; mixed {mixed}/{len(rows)}; "
+          f"{time.time() - t0:.0f}s")
     for kind, (f, same, other, total) in sorted(kinds.items()):
         print(f"  {kind:18s} fixed {f}/{total}  unchanged {same}  other one-liners {other}")
     for i in range(0, len(outs), max(1, len(outs) // 8)):
@@ -79,4 +88,5 @@ def main(temperature: float, samples: int, per_project: int) -> None:
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    main(float(a[0]), int(a[1]), int(a[2]))
+    main(float(a[0]), int(a[1]), int(a[2]), a[3] if len(a) > 3 else "default",
+         set(a[4].split(",")) if len(a) > 4 else None)

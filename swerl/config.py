@@ -163,11 +163,23 @@ class DAPOStage(Strict):
     kl_coef: float = Field(0.0, ge=0)
     filter_solved_share: float | None = None  # stage 2: drop tasks solved >= this share
     drop_never_solved: bool = False
+    # DAPO's dynamic sampling (Yu et al. 2025): while fewer than `min_groups_kept` groups have a
+    # nonzero advantage, draw `problems_per_iteration` more unseen problems, up to
+    # `max_problems_per_iteration` in all (None: no second draw)
+    min_groups_kept: int = Field(0, ge=0)
+    max_problems_per_iteration: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _thresholds(self) -> "DAPOStage":
         if self.l_thr > self.max_turns:  # equal: no episode is ever penalised (one-turn curricula)
             raise ValueError(f"l_thr ({self.l_thr}) must not exceed max_turns ({self.max_turns})")
+        cap = self.max_problems_per_iteration
+        if cap is not None and cap < self.problems_per_iteration:
+            raise ValueError(f"max_problems_per_iteration ({cap}) is below problems_per_iteration "
+                             f"({self.problems_per_iteration})")
+        if self.min_groups_kept and cap is None:
+            raise ValueError("min_groups_kept needs max_problems_per_iteration (the most problems an "
+                             "iteration may draw), or it could never draw a second time")
         return self
 
 

@@ -113,6 +113,19 @@ class RolloutStats:
         out.update({f"exit.{k}": v for k, v in sorted(reasons.items())})
         return out
 
+    @staticmethod
+    def combine(parts: list["RolloutStats"]) -> "RolloutStats":
+        """One rollout's stats from several calls (e.g. the draws of one DAPO iteration): counts
+        and times add up, lists concatenate."""
+        out = RolloutStats()
+        for p in parts:
+            for f in ("episodes", "reused", "gen_time_s", "env_time_s", "grade_time_s", "wall_s",
+                      "generated_tokens", "prompt_tokens", "generate_calls", "infra_retries"):
+                setattr(out, f, getattr(out, f) + getattr(p, f))
+            out.batch_sizes += p.batch_sizes
+            out.trajectories += p.trajectories
+        return out
+
 
 class TrajectorySink:
     """Where finished episodes go: one record per episode, keyed so a restart finds it."""

@@ -215,7 +215,9 @@ def rft_stage(ctx: RunContext, tasks: list[TaskInstance], policy: str = "base") 
 
 # ---------------------------------------------------------------- DAPO
 def dapo_problems(ctx: RunContext, pool: list[TaskInstance], stage_idx: int, iteration: int) -> list[TaskInstance]:
-    """This iteration's problems: a seeded sample of the pool (stage 2 filters the pool first)."""
+    """This iteration's candidate problems in draw order: a seeded shuffle of the pool (after the
+    stage-2 rule, if the stage has one). The first `problems_per_iteration` are always drawn;
+    dynamic sampling draws the next ones."""
     stage = ctx.cfg.dapo.stages[stage_idx]
     if stage.filter_solved_share is not None or stage.drop_never_solved:
         from training.difficulty import stage2_filter
@@ -224,7 +226,44 @@ def dapo_problems(ctx: RunContext, pool: list[TaskInstance], stage_idx: int, ite
                                       stage.drop_never_solved)
         log.info("dapo stage %d: pool after the stage-2 rule %d (dropped %s)", stage_idx + 1, len(pool), dropped)
     rng = random.Random(f"{ctx.cfg.seed}-{stage_idx}-{iteration}")
-    return rng.sample(pool, min(stage.problems_per_iteration, len(pool)))
+    return rng.sample(pool, len(pool))
+
+
+def _informative_groups(trajectories: list[Trajectory]) -> int:
+    from training.dapo import dynamic_sampling
+
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajectories:
+        if t.status != "error":
+            groups[t.task_id].append(t)
+    return len(dynamic_sampling(list(groups.values()))[0])
+
+
+def dapo_rollouts(ctx: RunContext, stage_idx: int, iteration: int, pool: list[TaskInstance],
+                  policy: str) -> tuple[list[TaskInstance], RolloutStats, int]:
+    """The iteration's groups. Dynamic sampling: while fewer than `min_groups_kept` groups carry
+    a gradient, draw the next `problems_per_iteration` problems (up to `max_problems_per_iteration`).
+    Every draw lands in the same iteration's records, so a resumed iteration redoes none of them.
+    Returns the problems drawn, their rollouts and the number of draws."""
+    stage = ctx.cfg.dapo.stages[stage_idx]
+    order = dapo_problems(ctx, pool, stage_idx, iteration)
+    cap = min(stage.max_problems_per_iteration or stage.problems_per_iteration, len(order))
+    drawn: list[TaskInstance] = []
+    parts: list[RolloutStats] = []
+    while len(drawn) < cap:
+        chunk = order[len(drawn): min(len(drawn) + stage.problems_per_iteration, cap)]
+        parts.append(rollouts(ctx, f"dapo-s{stage_idx + 1}", iteration, chunk, stage.group_size, policy,
+                              max_turns=stage.max_turns, max_context=stage.max_context_tokens,
+                              sampling=ctx.cfg.rollout.sampling, l_thr=stage.l_thr))
+        drawn += chunk
+        kept = _informative_groups([t for p in parts for t in p.trajectories])
+        if kept >= stage.min_groups_kept:
+            break
+        if len(drawn) < cap:
+            log.info("dapo-s%d/%d: %d of %d groups carry a gradient (want %d): drawing %d more problems",
+                     stage_idx + 1, iteration, kept, len(drawn), stage.min_groups_kept,
+                     min(stage.problems_per_iteration, cap - len(drawn)))
+    return drawn, RolloutStats.combine(parts), len(parts)
 
 
 def dapo_iteration(ctx: RunContext, stage_idx: int, iteration: int, pool: list[TaskInstance],
@@ -232,7 +271,7 @@ def dapo_iteration(ctx: RunContext, stage_idx: int, iteration: int, pool: list[T
     """Rollouts -> rewards -> group advantages -> one policy update -> checkpoint."""
     import time
 
-    from training.checkpoint import load_checkpoint, read_info, save_checkpoint
+    from training.checkpoint import read_info, save_checkpoint
     from training.dapo import iteration_update, samples_from_groups
 
     stage_name = f"dapo-s{stage_idx + 1}"
@@ -242,11 +281,8 @@ def dapo_iteration(ctx: RunContext, stage_idx: int, iteration: int, pool: list[T
         log.info("%s: checkpoint already complete, reusing it", name)
         return name, info.get("metrics") or {}
     stage = ctx.cfg.dapo.stages[stage_idx]
-    problems = dapo_problems(ctx, pool, stage_idx, iteration)
     t0 = time.monotonic()
-    stats = rollouts(ctx, stage_name, iteration, problems, stage.group_size, policy,
-                     max_turns=stage.max_turns, max_context=stage.max_context_tokens,
-                     sampling=ctx.cfg.rollout.sampling, l_thr=stage.l_thr)
+    problems, stats, draws = dapo_rollouts(ctx, stage_idx, iteration, pool, policy)
     t_roll = time.monotonic() - t0
     groups: dict[str, list[Trajectory]] = defaultdict(list)
     for t in stats.trajectories:
@@ -262,6 +298,7 @@ def dapo_iteration(ctx: RunContext, stage_idx: int, iteration: int, pool: list[T
         "resolved_rate": summary["resolved_rate"], "format_error_rate": summary["format_error_rate"],
         "mean_turns": summary["mean_turns"], "reward_mean_all": summary["reward_mean"],
         "response_tokens": float(sum(len(tr.token_ids) for t in stats.trajectories for tr in t.turns)),
+        "problems": float(len(problems)), "draws": float(draws),
         "time/rollout_s": t_roll, "time/generation_s": summary["gen_time_s"],
         "time/environment_s": summary["env_time_s"], "time/grading_s": summary["grade_time_s"],
         "time/training_s": t_train,

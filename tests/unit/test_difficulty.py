@@ -39,3 +39,68 @@ def test_stage2_rule_uses_history():
     kept, dropped = stage2_filter(tasks, hist, solved_share=2 / 3, drop_never_solved=True)
     assert [t.instance_id for t in kept] == ["b"]
     assert dropped == {"mostly_solved": 1, "never_solved": 1}
+
+
+def _dynamic_ctx(tmp_path, min_kept: int, cap: int | None):
+    from swerl.config import load_config
+    from swerl.store import Store
+    from training.stages import RunContext
+
+    sets = ["dapo.stages=[{problems_per_iteration: 2, group_size: 2, max_turns: 3, l_thr: 3, "
+            f"min_groups_kept: {min_kept}, max_problems_per_iteration: {'null' if cap is None else cap}}}]"]
+    return RunContext(cfg=load_config("smoke", sets), store=Store(f"file://{tmp_path}/store"), run_id="r")
+
+
+def _fake_rollouts(solved: dict[str, int], calls: list[list[str]]):
+    """Stands in for stages.rollouts: task t's group of 2 has solved[t] resolved episodes."""
+    from training.rollout import RolloutStats
+
+    def fake(ctx, stage, iteration, tasks, samples, policy, **kw):
+        calls.append([t.instance_id for t in tasks])
+        trajs = [_traj(t.instance_id, i, "resolved" if i < solved[t.instance_id] else "unresolved")
+                 for t in tasks for i in range(samples)]
+        for tr in trajs:
+            tr.reward = float(tr.status == "resolved")
+        return RolloutStats(episodes=len(trajs), trajectories=trajs)
+    return fake
+
+
+def test_dynamic_sampling_draws_more_problems_until_enough_groups_carry_a_gradient(tmp_path, monkeypatch):
+    from training import stages
+
+    pool = [_task(x) for x in "abcdefgh"]
+    solved = {"a": 0, "b": 2, "c": 0, "d": 0, "e": 1, "f": 0, "g": 1, "h": 1}  # mixed: e, g, h
+    calls: list[list[str]] = []
+    monkeypatch.setattr(stages, "rollouts", _fake_rollouts(solved, calls))
+    ctx = _dynamic_ctx(tmp_path, min_kept=2, cap=8)
+    order = [t.instance_id for t in stages.dapo_problems(ctx, pool, 0, 0)]
+    drawn, stats, draws = stages.dapo_rollouts(ctx, 0, 0, pool, "base")
+    # draws of 2 in the seeded order, stopping at the first draw that brings the mixed groups to 2
+    mixed_after = [sum(solved[x] == 1 for x in order[:n]) for n in range(2, 9, 2)]
+    want = next(i for i, m in enumerate(mixed_after) if m >= 2) + 1
+    assert draws == want and calls == [order[2 * i: 2 * i + 2] for i in range(want)]
+    assert [t.instance_id for t in drawn] == order[: 2 * want]
+    assert len(stats.trajectories) == 4 * want and stats.episodes == 4 * want
+
+
+def test_dynamic_sampling_stops_at_the_cap_and_is_off_by_default(tmp_path, monkeypatch):
+    from training import stages
+
+    pool = [_task(x) for x in "abcdef"]
+    calls: list[list[str]] = []
+    monkeypatch.setattr(stages, "rollouts", _fake_rollouts(dict.fromkeys("abcdef", 0), calls))
+    drawn, _, draws = stages.dapo_rollouts(_dynamic_ctx(tmp_path, 1, 5), 0, 0, pool, "base")
+    assert draws == 3 and [len(c) for c in calls] == [2, 2, 1] and len(drawn) == 5  # nothing mixed: up to the cap
+    calls.clear()
+    drawn, _, draws = stages.dapo_rollouts(_dynamic_ctx(tmp_path, 0, None), 0, 0, pool, "base")
+    assert draws == 1 and len(drawn) == 2
+
+
+def test_dynamic_sampling_needs_a_cap_at_least_one_draw():
+    from swerl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="min_groups_kept needs max_problems_per_iteration"):
+        load_config("smoke", ["dapo.stages=[{min_groups_kept: 2, max_turns: 3, l_thr: 3}]"])
+    with pytest.raises(ConfigError, match="below problems_per_iteration"):
+        load_config("smoke", ["dapo.stages=[{problems_per_iteration: 4, max_problems_per_iteration: 2, "
+                              "max_turns: 3, l_thr: 3}]"])
