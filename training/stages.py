@@ -394,6 +394,26 @@ def select_tasks(tasks: list[TaskInstance], d: DataConfig) -> list[TaskInstance]
     return tasks[: d.max_tasks] if d.max_tasks else tasks
 
 
+def pinned_dataset(ctx: RunContext, split: str, name: str) -> str:
+    """The hash of the dataset this run uses for `split`: the newest at the run's first load, and
+    that one from then on, so a resumed run never evaluates or trains on another set than it
+    started with (kept in `runs/<id>/datasets.json`)."""
+    from environments.curation.dataset import latest_hash
+
+    key = ctx.key("datasets.json")
+    pins = ctx.store.get_json(key) if ctx.store.exists(key) else {}
+    newest = latest_hash(ctx.store, name)
+    pin = pins.get(split)
+    if pin and pin["name"] == name:
+        if pin["hash"] != newest:
+            log.warning("run %s keeps its %s dataset %s@%s (the newest is %s)", ctx.run_id, split, name,
+                        pin["hash"], newest)
+        return pin["hash"]
+    pins[split] = {"name": name, "hash": newest}
+    ctx.store.put_json(key, pins)
+    return newest
+
+
 def load_split(ctx: RunContext, split: str) -> list[TaskInstance]:
     """The train or eval tasks of this run, with their instance images built.
 
@@ -413,7 +433,8 @@ def load_split(ctx: RunContext, split: str) -> list[TaskInstance]:
     else:
         from environments.curation.dataset import load_dataset
 
-        tasks = load_dataset(ctx.store, d.train_dataset if split == "train" else d.eval_dataset)
+        name = d.train_dataset if split == "train" else d.eval_dataset
+        tasks = load_dataset(ctx.store, name, pinned_dataset(ctx, split, name))
     tasks = select_tasks(tasks, d)
     ready = []
     for t in tasks:

@@ -19,6 +19,7 @@ from environments.records import TaskInstance, TaskFormatError
 from swerl.store import Store, content_hash
 
 HASH_LEN = 16
+LATEST = "LATEST.json"  # datasets/<name>/LATEST.json: the hash curation saved last
 
 
 class DatasetError(RuntimeError):
@@ -73,8 +74,16 @@ def save_dataset(store: Store, name: str, tasks: list[TaskInstance], config: dic
     digest = content_hash(data)[:HASH_LEN]
     prefix = _prefix(name, digest)
     ref = DatasetRef(name, digest, store.url(prefix), counts(tasks))
-    if store.exists(f"{prefix}/manifest.json"):
-        return ref
+    if not store.exists(f"{prefix}/manifest.json"):
+        _write(store, prefix, name, digest, data, ref, config)
+    # the newest is the one curation made last, also when it equals an older one: "newest
+    # created" would pick a later, different build (e.g. one that lost a project)
+    store.put_json(f"{_prefix(name)}/{LATEST}", {"hash": digest})
+    return ref
+
+
+def _write(store: Store, prefix: str, name: str, digest: str, data: bytes, ref: DatasetRef,
+           config: dict[str, Any]) -> None:
     store.put_bytes(f"{prefix}/tasks.jsonl", data)
     store.put_json(f"{prefix}/manifest.json", {
         "name": name,
@@ -85,7 +94,6 @@ def save_dataset(store: Store, name: str, tasks: list[TaskInstance], config: dic
         "config": config,
         "files": ["tasks.jsonl"],
     })
-    return ref
 
 
 def _manifest(store: Store, name: str, digest: str) -> dict[str, Any]:
@@ -108,6 +116,14 @@ def list_datasets(store: Store, name: str | None = None) -> list[DatasetRef]:
 
 
 def latest_hash(store: Store, name: str) -> str:
+    """The dataset `name` that curation saved last (the newest created, for stores without a
+    pointer)."""
+    try:
+        digest = store.get_json(f"{_prefix(name)}/{LATEST}")["hash"]
+        if store.exists(f"{_prefix(name, digest)}/manifest.json"):
+            return digest
+    except FileNotFoundError:
+        pass
     refs = list_datasets(store, name)
     if not refs:
         raise DatasetError(f"no dataset named {name!r} in {store.uri}")

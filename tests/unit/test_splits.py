@@ -4,6 +4,7 @@ from environments.curation.dataset import (
     DatasetError,
     dataset_hash,
     dataset_manifest,
+    latest_hash,
     list_datasets,
     load_dataset,
     save_dataset,
@@ -102,3 +103,28 @@ def test_latest_listing_and_frozen_hash(store):
         load_dataset(store, "missing")
     with pytest.raises(DatasetError):
         load_dataset(store, "eval", "0" * 16)
+
+
+def test_latest_is_what_curation_saved_last_even_when_it_existed_before(store):
+    # a rebuild that equals an older dataset must become the newest again (a run once loaded a
+    # later, broken build that had lost a project, because "newest" meant "created last")
+    good = save_dataset(store, "train", [task("a", "p", diff(1, "x", "y")), task("b", "q", diff(1, "x", "w"))], {})
+    broken = save_dataset(store, "train", [task("a", "p", diff(1, "x", "y"))], {})
+    assert latest_hash(store, "train") == broken.hash
+    assert save_dataset(store, "train", [task("b", "q", diff(1, "x", "w")), task("a", "p", diff(1, "x", "y"))],
+                        {}) == good
+    assert latest_hash(store, "train") == good.hash
+    assert [r.hash for r in list_datasets(store, "train")] == [good.hash, broken.hash]  # the listing is unchanged
+
+
+def test_a_run_keeps_the_dataset_it_started_with(store, caplog):
+    from training.stages import RunContext, pinned_dataset
+
+    first = save_dataset(store, "train", [task("a", "p", diff(1, "x", "y"))], {})
+    ctx = RunContext(cfg=None, store=store, run_id="r1")
+    assert pinned_dataset(ctx, "train", "train") == first.hash
+    second = save_dataset(store, "train", [task("b", "p", diff(1, "x", "w"))], {})
+    assert latest_hash(store, "train") == second.hash
+    assert pinned_dataset(ctx, "train", "train") == first.hash  # resumed: still the first
+    assert "keeps its train dataset" in caplog.text
+    assert pinned_dataset(RunContext(cfg=None, store=store, run_id="r2"), "train", "train") == second.hash
