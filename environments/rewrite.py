@@ -72,9 +72,9 @@ def defined_names(code: str) -> list[str]:
     return [n.name for n in tree.body if isinstance(n, _DEF_TYPES)]
 
 
-def merge_code(original: str | None, code: str) -> Merge:
+def merge_code(original: str | None, code: str, quoted: str | None = None) -> Merge:
     if original is not None and (line := _lone_line(code)) is not None:
-        merged = merge_line(original, line)
+        merged = merge_line(original, line, quoted)
         if merged is not None:
             return merged
     try:
@@ -119,9 +119,10 @@ def _line_similarity(a: str, b: str) -> float:
     return 2 * sum((ta & tb).values()) / total if total else 0.0
 
 
-def merge_line(original: str, line: str) -> Merge | None:
-    """A one-line block is the corrected version of one line of the file: it replaces the file's
-    most similar line, keeping that line's indentation.
+def merge_line(original: str, line: str, quoted: str | None = None) -> Merge | None:
+    """A one-line block is the corrected version of one line of the file: it replaces the line the
+    issue quotes (`quoted`, when the file has it once and the block is close to it), else the
+    file's most similar line, keeping that line's indentation.
 
     Why: when the issue quotes the suspicious line (hint level 4), "here is that line, fixed" is
     the shortest answer a small model can give (a handful of tokens instead of a whole function),
@@ -132,17 +133,27 @@ def merge_line(original: str, line: str) -> Merge | None:
     """
     lines = original.split("\n")
     want = line.strip()
+    at_quoted = [i for i, old in enumerate(lines) if quoted and old.strip() == quoted.strip()]
+    if len(at_quoted) == 1 and _line_similarity(lines[at_quoted[0]], want) >= LINE_MATCH_MIN:
+        # the line the agent was pointed at: a correct fix can equal another line of the file
+        # (`if self._isdst(dt):` for the quoted `if not self._isdst(dt):`), or tie with several
+        return _replace_line(lines, at_quoted[0], want)
     scored = sorted(((_line_similarity(old, want), i) for i, old in enumerate(lines) if old.strip()), reverse=True)
     if not scored or scored[0][0] < LINE_MATCH_MIN:
         return None
     best, at = scored[0]
+    ties = sorted(i + 1 for r, i in scored if r == best)
+    if len(ties) > 1 and lines[at].strip() != want:  # an unchanged copy is refused as such below
+        raise MergeError(f"Your one-line block matches lines {', '.join(map(str, ties))} equally well, so nothing "
+                         "was changed. Write the whole corrected function instead.")
+    return _replace_line(lines, at, want)
+
+
+def _replace_line(lines: list[str], at: int, want: str) -> Merge:
+    """Line `at` (0-based) becomes `want` at its indentation; refused if unchanged or unparsable."""
     if lines[at].strip() == want:
         raise MergeError(f"Line {at + 1} already reads `{want}`: your block changes nothing. Write the line "
                          "as it should be.")
-    ties = sorted(i + 1 for r, i in scored if r == best)
-    if len(ties) > 1:
-        raise MergeError(f"Your one-line block matches lines {', '.join(map(str, ties))} equally well, so nothing "
-                         "was changed. Write the whole corrected function instead.")
     indent = lines[at][:len(lines[at]) - len(lines[at].lstrip())]
     lines[at] = indent + want
     text = "\n".join(lines)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 from environments.actions import ActionFormat, FormatError, parse_action
+from environments.curation.statements import quoted_line
 from environments.prompts import PromptStyle, instance_prompt, source_block
 from environments.records import GradeResult, TaskInstance
 from environments.rewrite import parse_python
@@ -86,7 +87,8 @@ class SWEEnv:
                                 timeout=self.env_cfg.command_timeout_s)
         if res.exit_code != 0:
             raise SandboxError(f"sandbox session setup failed ({res.exit_code}): {res.output.strip()[:500]}")
-        self.ws = Workspace(self.sandbox, self.sandbox.workdir, self.env_cfg.window)
+        self.ws = Workspace(self.sandbox, self.sandbox.workdir, self.env_cfg.window,
+                            quoted=quoted_line(self.task.problem_statement))
         named = named_function(self.task) if self.show_source else None
         view = function_view(self.ws, *named) if named else None
         shown = enclosing(named[1]) if named and view else None

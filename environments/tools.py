@@ -40,6 +40,7 @@ class Workspace:
     window: int  # lines the viewer shows
     file: str | None = None  # absolute path of the current (open) file
     first: int = 1  # first line of the viewer window
+    quoted: str | None = None  # the line the issue points at (hint level 4): a one-line fix replaces it
 
     def path(self, name: str) -> str:
         return posixpath.normpath(posixpath.join(self.cwd, name))
@@ -336,7 +337,7 @@ def tool_rewrite(ws: Workspace, code: str) -> str:
             raise
         original = None  # `# file: new.py` creates the file
     try:
-        merge = merge_code(original, code)
+        merge = merge_code(original, code, ws.quoted)
     except MergeError as e:
         raise ToolError(f"{e} (target: {path})") from None
     write_text(ws, path, merge.text)

@@ -297,5 +297,16 @@ def line_statement(level3: str, bug_patch: str) -> str | None:
     return with_line_hint(level3, line[1])
 
 
+_LINE_HINT = "This line looks wrong: "
+
+
 def with_line_hint(level3: str, line: str) -> str:
-    return f"{level3}\n\nThis line looks wrong: `{line.strip()}`"
+    return f"{level3}\n\n{_LINE_HINT}`{line.strip()}`"
+
+
+def quoted_line(statement: str) -> str | None:
+    """The line a hint-level-4 statement points at (what `with_line_hint` appended), else None."""
+    last = statement.rstrip().rsplit("\n", 1)[-1]
+    if last.startswith(_LINE_HINT + "`") and last.endswith("`") and len(last) > len(_LINE_HINT) + 2:
+        return last[len(_LINE_HINT) + 1:-1]
+    return None

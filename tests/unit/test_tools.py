@@ -446,11 +446,55 @@ def test_a_one_line_block_replaces_the_line_it_corrects():
         merge_code("def f(a, b):\n    g(a, b)\n    g(a, b)\n", "g(b, a)")
 
 
+def test_a_one_line_fix_replaces_the_quoted_line_even_when_it_equals_another_line():
+    """Seen in DAPO rollouts on train tasks: the right fix of the quoted `if not self._isdst(dt):`
+    equals a line elsewhere in the file, so "the most similar line" was that one, already
+    reading so, and the correct answer changed nothing; `if save_order:` tied with seven lines."""
+    from environments.rewrite import MergeError, merge_code
+
+    src = "def a(dt):\n    if not dst(dt):\n        return 1\n\n\ndef b(dt):\n    if dst(dt):\n        return 2\n"
+    with pytest.raises(MergeError, match="Line 7 already reads"):  # without the issue's line
+        merge_code(src, "if dst(dt):")
+    m = merge_code(src, "if dst(dt):", quoted="if not dst(dt):")
+    assert m.changes == ["replaced line 2"] and m.text.splitlines()[1] == "    if dst(dt):"
+    with pytest.raises(MergeError, match="Line 2 already reads"):  # a copy of the quoted line changes nothing
+        merge_code(src, "if not dst(dt):", quoted="if not dst(dt):")
+    ties = "def f(o):\n    if o:\n        g()\n    if not o:\n        h()\n    if o:\n        k()\n"
+    assert merge_code(ties, "if o:", quoted="if not o:").changes == ["replaced line 4"]
+    # the quoted line twice in the file, or a block far from it: the most-similar rule decides
+    twice = "def f(a, b):\n    g(a, b)\n    g(a, b)\n    z = 1\n"
+    with pytest.raises(MergeError, match="equally well"):
+        merge_code(twice, "g(b, a)", quoted="g(a, b)")
+    assert merge_code(twice, "z = 2", quoted="g(a, b)").changes == ["replaced line 4"]
+
+
+def test_quoted_line_reads_back_what_the_level_4_hint_appended():
+    from environments.curation.statements import quoted_line, with_line_hint
+
+    assert quoted_line(with_line_hint("The parser fails.", "    if not x:  ")) == "if not x:"
+    assert quoted_line("The parser fails.\n\nIt looks wrong.") is None
+
+
 def test_line_style_env_applies_the_corrected_line(tmp_path):
     env = make_env(tmp_path, {"calc.py": CALC})
     run(env, "open calc.py")
     obs = run(env, "return a + b", "python")
     assert obs.startswith(f"Rewrote {env.sandbox.workdir}/calc.py: replaced line 5.")
+    assert "-    return a - b\n+    return a + b" in env.diff()
+
+
+def test_env_points_a_one_line_fix_at_the_line_its_issue_quotes(tmp_path):
+    import dataclasses
+
+    from environments.curation.statements import with_line_hint
+
+    files = {"calc.py": "def add(a, b):\n    return a - b\n\n\ndef plus(a, b):\n    return a + b\n"}
+    cfg = EnvironmentConfig(sandbox="local", window=10, command_timeout_s=20.0)
+    task = dataclasses.replace(TASK, problem_statement=with_line_hint(TASK.problem_statement, "    return a - b"))
+    env = SWEEnv(task, cfg, "tools+file", sandbox_factory=lambda image, c: DirSandbox(tmp_path / "repo", files))
+    env.reset()
+    run(env, "open calc.py")
+    assert run(env, "return a + b", "python").startswith(f"Rewrote {env.sandbox.workdir}/calc.py: replaced line 2.")
     assert "-    return a - b\n+    return a + b" in env.diff()
 
 
