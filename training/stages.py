@@ -344,6 +344,18 @@ def _tasks_hash(tasks: list[TaskInstance]) -> str:
 
 
 # ---------------------------------------------------------------- evaluation
+def _set_aside_eval(ctx: RunContext, label: str, old_policy: str) -> None:
+    """Move a label's evaluation of another policy (report and episodes) to `{label}@{policy}`,
+    so the label can be evaluated again without reusing the old policy's episodes."""
+    aside = f"{label}@{re.sub(r'[^A-Za-z0-9._-]+', '_', old_policy)}"
+    log.warning("eval %s: the stored evaluation is of %s; moved to %s, evaluating again", label, old_policy, aside)
+    for src, dst in ((ctx.key("eval", label), ctx.key("eval", aside)),
+                     (ctx.key("rollouts", f"eval-{label}"), ctx.key("rollouts", f"eval-{aside}"))):
+        for key in [k for k in ctx.store.ls(src) if k.startswith(src + "/")]:  # not `{label}2/`
+            ctx.store.put_bytes(dst + key[len(src):], ctx.store.get_bytes(key))
+            ctx.store.delete(key)
+
+
 def evaluate(ctx: RunContext, label: str, policy: str, tasks: list[TaskInstance]) -> dict[str, Any]:
     """n independent runs on the eval set; predictions per run, a report and a summary."""
     from training.evaluation import predictions, summarize
@@ -352,7 +364,11 @@ def evaluate(ctx: RunContext, label: str, policy: str, tasks: list[TaskInstance]
     label = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")
     report_key = ctx.key("eval", label, "report.json")
     if ctx.store.exists(report_key):
-        return ctx.store.get_json(report_key)
+        report = ctx.store.get_json(report_key)
+        if report.get("policy") == policy:
+            return report
+        # e.g. "dapo" after a finished run is resumed with more iterations: a new final policy
+        _set_aside_eval(ctx, label, report.get("policy", "unknown"))
     chosen = tasks[: cfg.eval.max_tasks] if cfg.eval.max_tasks else tasks
     stats = rollouts(ctx, f"eval-{label}", 0, chosen, cfg.eval.runs, policy,
                      max_turns=cfg.rollout.max_turns, max_context=cfg.rollout.max_context_tokens,

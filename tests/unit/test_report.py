@@ -147,3 +147,34 @@ def test_eval_text_has_pass_at_k_verdicts_and_every_breakdown():
         assert any(line.split() == [project, f"{rate:.3f}", str(report["project_sizes"][project])]
                    for line in text.splitlines()), project
     assert "by modifier" in text and "by difficulty" not in text  # these tasks carry no hint level
+
+
+def test_a_label_evaluated_for_another_policy_is_set_aside_and_evaluated_again(tmp_path, monkeypatch):
+    """A finished run resumed with more DAPO iterations has a new final policy: the stored "dapo"
+    report (and its episodes) are of the old one and must not be returned for the new one."""
+    from swerl.config import load_config
+    from swerl.store import Store
+    from training import stages
+    from training.rollout import RolloutStats, TrajectorySink
+
+    monkeypatch.setenv("SWERL_STATE", str(tmp_path / "state"))
+    ctx = stages.RunContext(cfg=load_config("smoke", ["eval.runs=1"]), store=Store(f"file://{tmp_path}/store"),
+                            run_id="r1")
+    ctx.store.put_json(ctx.key("eval", "dapo", "report.json"), {"label": "dapo", "policy": "dapo-s1-2"})
+    TrajectorySink(ctx.store, ctx.key("rollouts", "eval-dapo", 0)).put(Trajectory("a-1", 0, "dapo-s1-2", [0]))
+    TrajectorySink(ctx.store, ctx.key("rollouts", "eval-dapo2", 0)).put(Trajectory("b-1", 0, "x", [0]))
+    seen = []
+
+    def fake_rollouts(ctx_, stage, iteration, tasks, samples, policy, **kw):
+        seen.append((stage, policy, ctx_.store.ls(ctx_.key("rollouts", stage))))
+        return RolloutStats(trajectories=[Trajectory(t.instance_id, 0, policy, [0], status="resolved") for t in tasks])
+
+    monkeypatch.setattr(stages, "rollouts", fake_rollouts)
+    tasks = [TaskInstance("a-1", "r", "c", "p", "", "", [], [])]
+    assert stages.evaluate(ctx, "dapo", "dapo-s1-2", tasks)["policy"] == "dapo-s1-2" and not seen  # reused
+    report = stages.evaluate(ctx, "dapo", "dapo-s1-4", tasks)
+    assert report["policy"] == "dapo-s1-4" and report["pass@1"] == 1.0
+    assert seen == [("eval-dapo", "dapo-s1-4", [])]  # none of the old policy's episodes left to reuse
+    assert ctx.store.get_json(ctx.key("eval", "dapo@dapo-s1-2", "report.json"))["policy"] == "dapo-s1-2"
+    assert len(ctx.store.ls(ctx.key("rollouts", "eval-dapo@dapo-s1-2"))) == 1
+    assert len(ctx.store.ls(ctx.key("rollouts", "eval-dapo2"))) == 1  # a label sharing the prefix is untouched
