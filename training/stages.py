@@ -344,10 +344,15 @@ def _tasks_hash(tasks: list[TaskInstance]) -> str:
 
 
 # ---------------------------------------------------------------- evaluation
+def _safe_name(name: str) -> str:
+    """A label or policy name as one store key segment."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")
+
+
 def _set_aside_eval(ctx: RunContext, label: str, old_policy: str) -> None:
     """Move a label's evaluation of another policy (report and episodes) to `{label}@{policy}`,
     so the label can be evaluated again without reusing the old policy's episodes."""
-    aside = f"{label}@{re.sub(r'[^A-Za-z0-9._-]+', '_', old_policy)}"
+    aside = f"{label}@{_safe_name(old_policy)}"
     log.warning("eval %s: the stored evaluation is of %s; moved to %s, evaluating again", label, old_policy, aside)
     for src, dst in ((ctx.key("eval", label), ctx.key("eval", aside)),
                      (ctx.key("rollouts", f"eval-{label}"), ctx.key("rollouts", f"eval-{aside}"))):
@@ -361,7 +366,7 @@ def evaluate(ctx: RunContext, label: str, policy: str, tasks: list[TaskInstance]
     from training.evaluation import predictions, summarize
 
     cfg = ctx.cfg
-    label = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")
+    label = _safe_name(label)
     report_key = ctx.key("eval", label, "report.json")
     if ctx.store.exists(report_key):
         report = ctx.store.get_json(report_key)
