@@ -75,7 +75,8 @@ def _checkpoint_key(t: Tracked, policy: str) -> str | None:
 
 
 def register_version(t: Tracked, policy: str, report: dict[str, Any]) -> str:
-    """A version for `policy`, tagged with its evaluation; the same evaluation registers once.
+    """A version for `policy`, tagged with its evaluation; the same evaluation of the same policy
+    registers once (a run resumed with more DAPO iterations has a new "dapo" policy to register).
 
     MLflow's `source` is a small pointer artifact in the evaluation's MLflow run (an MLflow
     server refuses local paths as sources); the checkpoint itself stays in the store, named by
@@ -83,7 +84,7 @@ def register_version(t: Tracked, policy: str, report: dict[str, Any]) -> str:
     """
     ctx = t.ctx
     label = report["label"]
-    done = find_versions(t, **{"swerl.run_id": ctx.run_id, "swerl.eval_label": label})
+    done = find_versions(t, **{"swerl.run_id": ctx.run_id, "swerl.eval_label": label, "swerl.policy": policy})
     if done:
         log.info("registry: evaluation %s of run %s is already version %s", label, ctx.run_id, done[0].version)
         return str(done[0].version)

@@ -162,6 +162,12 @@ def test_register_promote_and_record_every_decision(run_env, tmp_path, caplog):
     assert {f.path for f in client.list_artifacts(parent, "report")} >= {"report/report.md", "report/pass1.png"}
     assert {f.path for f in client.list_artifacts(t.child("eval-rft"), "eval/rft")} >= {"eval/rft/report.md"}
 
+    # resumed with more DAPO iterations: "dapo" now names another policy, a version of its own
+    plant_checkpoint(ctx, "dapo-s1-1", tmp_path)
+    v_dapo2 = reg.register_version(t, "dapo-s1-1", plant_eval(ctx, "dapo", "dapo-s1-1", strong))
+    assert int(v_dapo2) > int(v_dapo)
+    assert reader(run_env).get_model_version(MODEL, v_dapo2).tags["swerl.policy"] == "dapo-s1-1"
+
 
 def test_champion_uri_loads_into_hf_backend_and_generates(run_env, tmp_path):
     from swerl.model_cache import ensure_default_model, resolve_model
