@@ -229,14 +229,18 @@ def dapo_problems(ctx: RunContext, pool: list[TaskInstance], stage_idx: int, ite
     return rng.sample(pool, len(pool))
 
 
+def _groups(trajectories: list[Trajectory]) -> list[list[Trajectory]]:
+    """One group per task (DAPO's prompt groups)."""
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajectories:
+        groups[t.task_id].append(t)
+    return list(groups.values())
+
+
 def _informative_groups(trajectories: list[Trajectory]) -> int:
     from training.dapo import dynamic_sampling
 
-    groups: dict[str, list[Trajectory]] = defaultdict(list)
-    for t in trajectories:
-        if t.status != "error":
-            groups[t.task_id].append(t)
-    return len(dynamic_sampling(list(groups.values()))[0])
+    return len(dynamic_sampling([[t for t in g if t.status != "error"] for g in _groups(trajectories)])[0])
 
 
 def dapo_rollouts(ctx: RunContext, stage_idx: int, iteration: int, pool: list[TaskInstance],
@@ -284,10 +288,7 @@ def dapo_iteration(ctx: RunContext, stage_idx: int, iteration: int, pool: list[T
     t0 = time.monotonic()
     problems, stats, draws = dapo_rollouts(ctx, stage_idx, iteration, pool, policy)
     t_roll = time.monotonic() - t0
-    groups: dict[str, list[Trajectory]] = defaultdict(list)
-    for t in stats.trajectories:
-        groups[t.task_id].append(t)
-    samples, group_stats = samples_from_groups(list(groups.values()), ctx.cfg.dapo.adv_delta)
+    samples, group_stats = samples_from_groups(_groups(stats.trajectories), ctx.cfg.dapo.adv_delta)
     t1 = time.monotonic()
     model, tokenizer, _ = _load_model(ctx, policy)
     metrics = iteration_update(model, samples, ctx.cfg, stage, group_stats=group_stats,
