@@ -4,6 +4,8 @@ Three measurements, each against a plain baseline:
 - tokens/s of ``Trainer.step`` vs a plain PyTorch loop (full logits, loss.backward, AdamW) over
   the same micro-batches, timed alternately so load from other processes hits both alike;
 - padding share of length-grouped micro-batches on modelled trajectory-length distributions;
+- DAPO update time with shared prompts packed vs one row per sample, in cpu-demo's shape (G
+  samples per prompt, long prompt, short replies): old-logprob scoring plus optimizer steps;
 - peak memory of the logprob pass (forward + backward) at 16k tokens, chunked vs naive, each in
   a fresh process, read from the kernel's RSS high-water mark (VmHWM after resetting it through
   /proc/self/clear_refs): a real measurement that includes every allocator.
@@ -28,11 +30,12 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from swerl.config import TrainConfig
 from swerl.paths import swerl_home
-from training.batching import MicroBatch, micro_batches, padding_share
+from training.batching import MicroBatch, micro_batches, minibatches, padding_share
 from training.fixtures import synthetic_samples, tiny_llama
 from training.logprobs import naive_token_logprobs, token_logprobs
 from training.rft import sft_loss
 from training.trainer import Trainer
+from training.trajectory import TrainingSample
 
 REPO = Path(__file__).resolve().parent.parent
 SMOLLM2_VOCAB = 49152
@@ -179,8 +182,57 @@ def throughput(steps: int = 2, step_tokens: int = 1024, micro_batch_tokens: int 
     }
 
 
+def dapo_shaped_samples(groups: int, group_size: int, prompt: int, reply: int, vocab: int,
+                        seed: int = 0) -> list[TrainingSample]:
+    """``groups`` prompts of ``prompt`` random tokens, each with ``group_size`` replies of
+    ``reply`` tokens and advantages of both signs."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(groups):
+        head = [rng.randrange(vocab) for _ in range(prompt)]
+        for k in range(group_size):
+            tail = [rng.randrange(vocab) for _ in range(reply)]
+            out.append(TrainingSample(head + tail, [0] * prompt + [1] * reply, [0.0] * (prompt + reply),
+                                      [prompt], advantage=1.0 if k % 2 else -1.0))
+    return out
+
+
+def packing(groups: int = 3, group_size: int = 8, prompt: int = 1115, reply: int = 16,
+            batch_size: int = 16, steps: int = 1, seed: int = 0) -> dict[str, Any]:
+    """One DAPO update (score all samples, then ``steps`` optimizer steps of ``batch_size``),
+    packed vs one row per sample, same weights, same minibatches, bf16 + checkpointing as in
+    cpu-demo. The two modes alternate per phase so outside load hits both alike."""
+    torch.manual_seed(seed)
+    model, name = load_bench_model()
+    samples = dapo_shaped_samples(groups, group_size, prompt, reply, model.config.vocab_size, seed)
+    cfg = TrainConfig(lr=1e-6, dtype="bfloat16", warmup_ratio=0.0)
+    trainers = {mode: Trainer(copy.deepcopy(model), cfg, total_steps=steps, progress=False)
+                for mode in ("packed", "plain")}
+    seconds = dict.fromkeys(trainers, 0.0)
+    tokens = dict.fromkeys(trainers, 0)
+    everything = list(range(len(samples)))
+    plan = minibatches(len(samples), batch_size, seed)[:steps]
+    for phase in [None, *plan]:  # None: score every sample (old logprobs)
+        for mode, trainer in trainers.items():
+            batches = micro_batches(samples, everything if phase is None else phase,
+                                    cfg.micro_batch_tokens, pack=mode == "packed")
+            t0 = time.perf_counter()
+            if phase is None:
+                trainer.score(batches)
+            else:
+                trainer.step(batches, sft_loss)
+            seconds[mode] += time.perf_counter() - t0
+            tokens[mode] += sum(b.real_tokens for b in batches)
+    return {
+        "model": name, "samples": float(len(samples)), "optimizer_steps": float(len(plan)),
+        "update_s_packed": seconds["packed"], "update_s_plain": seconds["plain"],
+        "tokens_packed": float(tokens["packed"]), "tokens_plain": float(tokens["plain"]),
+        "packed_speedup": seconds["plain"] / seconds["packed"],
+    }
+
+
 def bench_train(peak_tokens: int = 16384, steps: int = 2, step_tokens: int = 1024,
-                parts: tuple[str, ...] = ("padding", "memory", "throughput")) -> dict[str, Any]:
+                parts: tuple[str, ...] = ("padding", "memory", "throughput", "packing")) -> dict[str, Any]:
     """Run the chosen parts; each part's numbers are printed to stderr as soon as they exist."""
     results: dict[str, Any] = {}
 
@@ -201,6 +253,8 @@ def bench_train(peak_tokens: int = 16384, steps: int = 2, step_tokens: int = 102
         report(peak_logprob_memory(tokens=peak_tokens))
     if "throughput" in parts:
         report(throughput(steps=steps, step_tokens=step_tokens, micro_batch_tokens=step_tokens // 2))
+    if "packing" in parts:
+        report(packing())
     return results
 
 
@@ -213,7 +267,7 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=2, help="timed optimizer steps (throughput)")
     ap.add_argument("--step-tokens", type=int, default=1024)
-    ap.add_argument("--parts", default="padding,memory,throughput")
+    ap.add_argument("--parts", default="padding,memory,throughput,packing")
     args = ap.parse_args()
     if args.peak_child:
         print(json.dumps(_peak_child(args.tokens, args.vocab, args.hidden, args.chunk)))

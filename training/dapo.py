@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from swerl.config import DAPOConfig, DAPOStage, SwerlConfig
-from training.batching import micro_batches, minibatches
+from training.batching import minibatches
 from training.trainer import Trainer, progress_bar
 from training.trajectory import TrainingSample, Trajectory, training_sample
 
@@ -209,7 +209,7 @@ def tis_weights(samples: list[TrainingSample], old: list[Tensor | None], cap: fl
 def _score_samples(trainer: Trainer, samples: list[TrainingSample], index: list[int],
                    model: nn.Module | None = None, desc: str = "old logprobs") -> list[Tensor | None]:
     out: list[Tensor | None] = [None] * len(samples)
-    batches = micro_batches(samples, index, trainer.cfg.micro_batch_tokens, trainer.pad_id)
+    batches = trainer.micro_batches(samples, index)
     for mb, rows in zip(batches, trainer.score(batches, model=model, desc=desc)):
         for i, lp in zip(mb.index, rows):
             out[i] = lp
@@ -285,7 +285,7 @@ def iteration_update(trainer: Trainer | nn.Module, samples: list[TrainingSample]
 
     steps = []
     for index in progress_bar(plan, "dapo update", trainer.progress):
-        batches = micro_batches(samples, index, trainer.cfg.micro_batch_tokens, trainer.pad_id, extras)
+        batches = trainer.micro_batches(samples, index, extras)
         steps.append(trainer.step(batches, loss_fn))
 
     weights = [s["loss_tokens"] for s in steps]

@@ -76,22 +76,42 @@ def lm_head_of(model: nn.Module) -> nn.Linear:
     return head
 
 
+# Attention implementations that take a custom [B, 1, L, L] mask (packed rows, see batching.py).
+PACKABLE_ATTENTION = ("sdpa", "eager")
+
+
+def _as_model_mask(model: nn.Module, mask: Tensor) -> Tensor:
+    """sdpa takes a boolean 4D mask as is; eager adds its mask to the scores."""
+    if mask.dim() != 4:
+        return mask
+    impl = extract_model_from_parallel(model).config._attn_implementation
+    if impl not in PACKABLE_ATTENTION:
+        raise ValueError(f"a 4D attention mask needs one of {PACKABLE_ATTENTION} attention, not {impl}")
+    if impl == "eager":
+        return torch.zeros(mask.shape, device=mask.device).masked_fill(~mask, torch.finfo(torch.float32).min)
+    return mask
+
+
 def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor,
                    chunk: int = 1024, with_entropy: bool = False,
-                   temperature: float = 1.0) -> Tensor | tuple[Tensor, Tensor]:
+                   temperature: float = 1.0,
+                   position_ids: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
     """log p(input_ids[:, t+1] | input_ids[:, :t+1]) for every t: shape [B, T-1].
 
-    With ``with_entropy`` also returns the policy entropy at each of those positions (no grad).
-    Padding positions get finite garbage; callers mask them.
+    ``attention_mask`` is [B, T] (1 = real token) or, for packed rows, a [B, 1, T, T] boolean
+    mask that comes with ``position_ids``. With ``with_entropy`` also returns the policy entropy
+    at each of those positions (no grad). Padding positions get finite garbage; callers mask them.
     """
     head = lm_head_of(model)
+    attention_mask = _as_model_mask(model, attention_mask)
     targets = input_ids[:, 1:]
 
     def scores(hidden: Tensor) -> Tensor:
         return chunked_head(hidden[:, :-1], head, targets, chunk, with_entropy, temperature)
 
     with _head_replaced(head, scores):
-        out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    use_cache=False).logits
     if with_entropy:
         return out[..., 0], out[..., 1].detach()
     return out

@@ -18,7 +18,7 @@ from torch import Tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from swerl.config import RFTConfig, TrainConfig
-from training.batching import MicroBatch, micro_batches, minibatches
+from training.batching import MicroBatch, minibatches
 from training.trainer import Trainer, progress_bar
 from training.trajectory import TrainingSample, Trajectory, training_sample
 
@@ -51,8 +51,7 @@ def sft_update(trainer: Trainer, samples: list[TrainingSample], epochs: int, bat
     for epoch in range(epochs):
         plan = minibatches(len(samples), batch_size, seed + epoch)
         for index in progress_bar(plan, f"rft epoch {epoch + 1}/{epochs}", trainer.progress):
-            batches = micro_batches(samples, trainer.shard(index), trainer.cfg.micro_batch_tokens,
-                                    trainer.pad_id)
+            batches = trainer.micro_batches(samples, trainer.shard(index))
             history.append(trainer.step(batches, sft_loss) | {"epoch": float(epoch)})
     return history
 

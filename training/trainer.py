@@ -27,9 +27,10 @@ from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
 from swerl.config import TrainConfig
-from training.batching import MicroBatch, split_rows
+from training.batching import MicroBatch, micro_batches, split_rows
 from training.checkpoint import save_checkpoint
-from training.logprobs import token_logprobs
+from training.logprobs import PACKABLE_ATTENTION, token_logprobs
+from training.trajectory import TrainingSample
 
 # loss_fn(logprobs [b, L-1], batch) -> (per-token loss [b, L-1], zero off the loss mask;
 #                                      metric sums to add up over the step)
@@ -105,7 +106,7 @@ class Trainer:
     def _dummy(self) -> MicroBatch:
         ids = torch.full((1, 2), self.pad_id, dtype=torch.long)
         zeros = torch.zeros(1, 1)
-        return MicroBatch([], ids, torch.ones_like(ids), zeros, zeros.clone(), torch.zeros(1), {})
+        return MicroBatch([], ids, torch.ones_like(ids), zeros, zeros.clone(), zeros.clone(), {})
 
     def _even_out(self, batches: list[MicroBatch]) -> list[MicroBatch]:
         """Sharded models run collectives in every forward: all ranks need as many micro-batches.
@@ -132,11 +133,17 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=torch.bfloat16,
                               enabled=self.cfg.dtype == "bfloat16")
 
-    def _to_device(self, mb: MicroBatch) -> MicroBatch:
-        d = self.device
-        return MicroBatch(mb.index, mb.input_ids.to(d), mb.attention_mask.to(d), mb.loss_mask.to(d),
-                          mb.behaviour_logprobs.to(d), mb.advantages.to(d),
-                          {k: v.to(d) for k, v in mb.extras.items()})
+    @property
+    def packs(self) -> bool:
+        """Whether rows may share a prompt: it takes an attention that accepts a 4D mask."""
+        impl = getattr(self.unwrapped().config, "_attn_implementation", None)
+        return impl in PACKABLE_ATTENTION
+
+    def micro_batches(self, samples: list[TrainingSample], index: list[int],
+                      extras: dict[str, list[Tensor]] | None = None) -> list[MicroBatch]:
+        """One step's samples as this trainer's micro-batches (its budget, pad id, packing)."""
+        return micro_batches(samples, index, self.cfg.micro_batch_tokens, self.pad_id, extras,
+                             pack=self.packs)
 
     # ---- the two things a trainer does ------------------------------------------------------
     @torch.no_grad()
@@ -151,10 +158,10 @@ class Trainer:
         model.eval()
         out = []
         for mb in progress_bar(self._even_out(batches), desc, self.progress and len(batches) > 4):
-            mb = self._to_device(mb)
+            mb = mb.to(self.device)
             with self._autocast():
-                lp = token_logprobs(model, mb.input_ids, mb.attention_mask, self.chunk,
-                                    temperature=self.temperature)
+                lp = token_logprobs(model, mb.input_ids, mb.model_mask(), self.chunk,
+                                    temperature=self.temperature, position_ids=mb.position_ids)
             out.append(split_rows(lp.float(), mb))
         model.train(was_training)
         return out[:len(batches)]
@@ -170,11 +177,12 @@ class Trainer:
         self.model.train()
         sums: dict[str, float] = {"loss": 0.0, "entropy": 0.0}
         for k, mb in enumerate(batches):
-            mb = self._to_device(mb)
+            mb = mb.to(self.device)
             with self._accumulating(last=k == len(batches) - 1):
                 with self._autocast():
-                    lp, ent = token_logprobs(self.model, mb.input_ids, mb.attention_mask,
-                                             self.chunk, with_entropy=True, temperature=self.temperature)
+                    lp, ent = token_logprobs(self.model, mb.input_ids, mb.model_mask(), self.chunk,
+                                             with_entropy=True, temperature=self.temperature,
+                                             position_ids=mb.position_ids)
                 if mb.index:
                     token_loss, stats = loss_fn(lp.float(), mb)
                 else:  # a padding micro-batch (see _even_out): forward/backward, zero loss
