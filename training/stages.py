@@ -155,14 +155,24 @@ def rollouts(ctx: RunContext, stage: str, iteration: int, tasks: list[TaskInstan
     return stats
 
 
-def stored_trajectories(ctx: RunContext, stage_prefix: str = "") -> list[Trajectory]:
-    """Every finished episode of this run (optionally of stages starting with a prefix)."""
+def stored_trajectories(ctx: RunContext, stage_prefix: str = "",
+                        keep: Callable[[str], bool] | None = None) -> list[Trajectory]:
+    """Every finished episode of this run (optionally of stages starting with a prefix, and
+    whose key below rollouts/ passes ``keep``)."""
     out = []
     for key in ctx.store.ls(ctx.key("rollouts")):
         rel = key.split("/rollouts/", 1)[-1]
-        if key.endswith(".json") and rel.startswith(stage_prefix):
+        if key.endswith(".json") and rel.startswith(stage_prefix) and (keep is None or keep(rel)):
             out.append(Trajectory.from_json(ctx.store.get_text(key)))
     return out
+
+
+def _before(stage_idx: int, iteration: int) -> Callable[[str], bool]:
+    """Keys (``dapo-s{stage}/{iteration}/...``) of DAPO iterations before this one."""
+    def keep(rel: str) -> bool:
+        m = re.match(r"dapo-s(\d+)/(\d+)/", rel)
+        return bool(m) and (int(m[1]) - 1, int(m[2])) < (stage_idx, iteration)
+    return keep
 
 
 # ---------------------------------------------------------------- difficulty filter
@@ -222,8 +232,10 @@ def dapo_problems(ctx: RunContext, pool: list[TaskInstance], stage_idx: int, ite
     if stage.filter_solved_share is not None or stage.drop_never_solved:
         from training.difficulty import stage2_filter
 
-        pool, dropped = stage2_filter(pool, stored_trajectories(ctx, "dapo-"), stage.filter_solved_share,
-                                      stage.drop_never_solved)
+        # Earlier iterations only: the iteration's own episodes (there when it is resumed) must
+        # not change the pool it draws from, or a resume draws other problems.
+        history = stored_trajectories(ctx, "dapo-", _before(stage_idx, iteration))
+        pool, dropped = stage2_filter(pool, history, stage.filter_solved_share, stage.drop_never_solved)
         log.info("dapo stage %d: pool after the stage-2 rule %d (dropped %s)", stage_idx + 1, len(pool), dropped)
     rng = random.Random(f"{ctx.cfg.seed}-{stage_idx}-{iteration}")
     return rng.sample(pool, len(pool))

@@ -104,3 +104,24 @@ def test_dynamic_sampling_needs_a_cap_at_least_one_draw():
     with pytest.raises(ConfigError, match="below problems_per_iteration"):
         load_config("smoke", ["dapo.stages=[{problems_per_iteration: 4, max_problems_per_iteration: 2, "
                               "max_turns: 3, l_thr: 3}]"])
+
+
+def test_the_stage2_rule_sees_earlier_iterations_only_so_a_resumed_iteration_draws_the_same(tmp_path):
+    from training import stages
+
+    ctx = _dynamic_ctx(tmp_path, min_kept=1, cap=4)
+    ctx.cfg.dapo.stages[0].filter_solved_share = 1.0
+    pool = [_task(x) for x in "abcdef"]
+
+    def store(iteration: int, task: str) -> None:
+        for i in range(2):
+            ctx.store.put_text(ctx.key("rollouts", f"dapo-s1/{iteration}", f"{task}__{i}.json"),
+                               _traj(task, i, "resolved").to_json())
+
+    store(0, "a")  # iteration 0 solved a every time
+    before = [t.instance_id for t in stages.dapo_problems(ctx, pool, 0, 1)]
+    assert "a" not in before and len(before) == 5
+    store(1, "b")  # iteration 1's own episodes, as a resume finds them
+    store(2, "c")
+    assert [t.instance_id for t in stages.dapo_problems(ctx, pool, 0, 1)] == before
+    assert {t.instance_id for t in stages.dapo_problems(ctx, pool, 0, 2)} == set("cdef")
