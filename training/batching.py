@@ -12,7 +12,10 @@ prompt (1,100 tokens in cpu-demo) and differ in their replies (~15 tokens): as s
 each sample's continuation; a 4D attention mask lets a continuation see the prompt and itself
 only, and its position ids go on from where the prompt ends, so every logprob (and gradient)
 equals the unpacked one up to float rounding. It needs an attention that takes a custom mask
-(sdpa, eager); varlen kernels are not needed.
+(sdpa, eager); varlen kernels are not needed. A custom mask costs L x L memory and rules out
+fused causal kernels, so a row is packed only while it is short (PACK_MAX_ROW_TOKENS) and the
+sharing saves a quarter of its tokens or more; long agent trajectories behind a short prompt
+stay unpacked.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from torch import Tensor
 from training.trajectory import TrainingSample
 
 Span = tuple[int, int, int]  # (row, start, stop) in a micro-batch's target-aligned columns
+PACK_MAX_ROW_TOKENS = 8192  # the 4D mask of a row this long is 64 MB of bools
 
 
 @dataclass
@@ -42,7 +46,8 @@ class MicroBatch:
     extras: dict[str, Tensor]  # per-token [b, L-1] tensors given per sample (old logprobs, ...)
     spans: list[list[Span]] = field(default_factory=list)  # where sample index[k]'s columns are
     position_ids: Tensor | None = None  # [b, L], packed batches only
-    packed_mask: Tensor | None = None  # [b, 1, L, L] bool (True = may attend), packed batches only
+    # [b, L], packed batches only: 0 = the row's shared prompt, k = its k-th member, -1 = padding
+    segments: Tensor | None = None
 
     @property
     def real_tokens(self) -> int:
@@ -58,8 +63,9 @@ class MicroBatch:
         return int(self.loss_mask.sum())
 
     def model_mask(self) -> Tensor:
-        """What to pass the model as ``attention_mask``."""
-        return self.packed_mask if self.packed_mask is not None else self.attention_mask
+        """What to pass the model as ``attention_mask``: for packed rows the [b, 1, L, L] mask,
+        built here (on the batch's device) so only one micro-batch's mask exists at a time."""
+        return self.attention_mask if self.segments is None else prompt_or_own(self.segments)
 
     def to(self, device: torch.device) -> MicroBatch:
         def move(t: Tensor | None) -> Tensor | None:
@@ -67,7 +73,7 @@ class MicroBatch:
         return MicroBatch(self.index, move(self.input_ids), move(self.attention_mask),
                           move(self.loss_mask), move(self.behaviour_logprobs), move(self.advantages),
                           {k: v.to(device) for k, v in self.extras.items()}, self.spans,
-                          move(self.position_ids), move(self.packed_mask))
+                          move(self.position_ids), move(self.segments))
 
 
 @dataclass
@@ -89,12 +95,18 @@ def row_length(samples: list[TrainingSample], row: Row) -> int:
     return row.shared - 1 + sum(len(samples[i].input_ids) - row.shared + 1 for i in row.members)
 
 
+def _worth_packing(samples: list[TrainingSample], row: Row) -> bool:
+    alone = sum(len(samples[i].input_ids) for i in row.members)
+    return len(row.members) > 1 and 4 * row_length(samples, row) <= 3 * alone
+
+
 def pack_rows(samples: list[TrainingSample], index: list[int], micro_batch_tokens: int,
               pack: bool = True) -> list[Row]:
-    """One row per sample, or with ``pack`` one row per shared prompt (split when a row would
-    pass the budget)."""
+    """One row per sample, or with ``pack`` one row per shared prompt (split at the budget or
+    PACK_MAX_ROW_TOKENS); a row whose sharing saves less than a quarter of its tokens is unpacked."""
     if not pack:
         return [Row([i]) for i in index]
+    limit = min(micro_batch_tokens, PACK_MAX_ROW_TOKENS)
     by_prompt: dict[tuple[int, ...], list[int]] = {}
     for i in index:
         p = prompt_length(samples[i])
@@ -104,12 +116,13 @@ def pack_rows(samples: list[TrainingSample], index: list[int], micro_batch_token
     for key, members in by_prompt.items():
         row = Row([], len(key))
         for i in members:
-            if row.members and row_length(samples, Row(row.members + [i], row.shared)) > micro_batch_tokens:
+            if row.members and row_length(samples, Row(row.members + [i], row.shared)) > limit:
                 rows.append(row)
                 row = Row([], len(key))
             row.members.append(i)
         rows.append(row)
-    return [r if len(r.members) > 1 else Row(r.members) for r in rows]
+    return [packed for r in rows
+            for packed in ([r] if _worth_packing(samples, r) else [Row([i]) for i in r.members])]
 
 
 def length_groups(lengths: list[int], micro_batch_tokens: int) -> list[list[int]]:
@@ -128,12 +141,12 @@ def length_groups(lengths: list[int], micro_batch_tokens: int) -> list[list[int]
     return groups
 
 
-def _prompt_or_own(seg: Tensor) -> Tensor:
+def prompt_or_own(seg: Tensor) -> Tensor:
     """[b, 1, L, L] causal mask where a token sees the shared prompt (segment 0) and its own
     segment. Padding (-1) sees the prompt and earlier padding, never nothing: a row with no
     allowed key makes sdpa return NaN."""
     width = seg.shape[1]
-    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    causal = torch.ones(width, width, dtype=torch.bool, device=seg.device).tril()
     same = seg[:, :, None] == seg[:, None, :]
     prompt = (seg == 0)[:, None, :]
     return (causal & (same | prompt))[:, None]
@@ -179,7 +192,7 @@ def collate_rows(samples: list[TrainingSample], rows: list[Row], pad_id: int = 0
         attn[r, :at] = 1
     packed = any(len(r.members) > 1 for r in rows)
     return MicroBatch(index, ids, attn, cols.pop("loss"), cols.pop("behav"), cols.pop("adv"), cols,
-                      spans, pos if packed else None, _prompt_or_own(seg) if packed else None)
+                      spans, pos if packed else None, seg if packed else None)
 
 
 def collate(samples: list[TrainingSample], index: list[int], pad_id: int = 0,
@@ -213,4 +226,5 @@ def padding_share(batches: list[MicroBatch]) -> float:
 def split_rows(values: Tensor, batch: MicroBatch) -> list[Tensor]:
     """Undo padding and packing of a [b, L-1] per-token tensor: one [len_i - 1] tensor per
     sample, in ``batch.index`` order."""
-    return [torch.cat([values[r, a:b] for r, a, b in spans]).detach().cpu() for spans in batch.spans]
+    return [torch.cat([values[r, a:b] for r, a, b in spans]).detach().cpu() if spans
+            else values.new_zeros(0).cpu() for spans in batch.spans]  # a 1-token sample has no columns

@@ -25,9 +25,7 @@ def test_a_shared_prompt_is_stored_once_and_each_reply_sees_only_it():
     b = _sample([5, 6, 7], [10], -1.0)
     c = _sample([1, 2], [3])
     samples = [a, b, c]
-    rows = pack_rows(samples, [0, 1, 2], micro_batch_tokens=100)
-    assert rows == [Row([0, 1], shared=3), Row([2])]
-    mb = collate_rows(samples, rows)
+    mb = collate_rows(samples, [Row([0, 1], shared=3), Row([2])])
     # prompt minus its last token once, then each member from that token on
     assert mb.input_ids[0].tolist() == [5, 6, 7, 8, 9, 7, 10]
     assert mb.position_ids[0].tolist() == [0, 1, 2, 3, 4, 2, 3]
@@ -37,21 +35,35 @@ def test_a_shared_prompt_is_stored_once_and_each_reply_sees_only_it():
     assert mb.advantages[0].tolist()[2:4] == [1.0, 1.0] and mb.advantages[0, 5] == -1.0
     assert mb.spans == [[(0, 0, 2), (0, 2, 4)], [(0, 0, 2), (0, 5, 6)], [(1, 0, 2)]]
     assert mb.real_tokens == 7 + 3
-    sees = mb.packed_mask[0, 0]
+    sees = mb.model_mask()[0, 0]
     assert sees[6].tolist() == [True, True, False, False, False, True, True]  # b's 10: prompt + own 7
     assert sees[4].tolist() == [True, True, True, True, True, False, False]   # a's 9: causal
-    assert mb.packed_mask[1, 0].any(-1).all()  # padding still attends to something (no NaN)
+    assert mb.model_mask()[1, 0].any(-1).all()  # padding still attends to something (no NaN)
     values = torch.arange(12.0).view(2, 6)
     assert [v.tolist() for v in split_rows(values, mb)] == [[0, 1, 2, 3], [0, 1, 5], [6, 7]]
 
 
 def test_a_row_is_split_when_it_would_pass_the_budget():
-    samples = [_sample([1, 2, 3, 4], [5, 6, 7]) for _ in range(5)]
-    # each member adds 4 tokens to the 3 stored once: 3 + 4k <= 12 -> 2 per row
-    rows = pack_rows(samples, list(range(5)), micro_batch_tokens=12)
+    samples = [_sample(list(range(1, 9)), [20, 21]) for _ in range(5)]
+    # each member adds 3 tokens to the 7 stored once: 7 + 3k <= 13 -> 2 per row (13 vs 20 alone)
+    rows = pack_rows(samples, list(range(5)), micro_batch_tokens=13)
     assert [r.members for r in rows] == [[0, 1], [2, 3], [4]]
     assert rows[-1].shared == 1  # a lone member needs no packing
     assert pack_rows(samples, [0, 1], 100, pack=False) == [Row([0]), Row([1])]
+
+
+def test_a_row_stays_unpacked_when_sharing_saves_less_than_a_quarter():
+    # prompt 4, replies 10: packed 3 + 2 x 11 = 25 tokens vs 28 alone -> not worth a 4D mask
+    long_replies = [_sample([1, 2, 3, 4], list(range(5, 15))) for _ in range(2)]
+    assert pack_rows(long_replies, [0, 1], 100) == [Row([0]), Row([1])]
+    # prompt 10, replies 2: 9 + 2 x 3 = 15 vs 24 -> packed
+    short_replies = [_sample(list(range(1, 11)), [20, 21]) for _ in range(2)]
+    assert pack_rows(short_replies, [0, 1], 100) == [Row([0, 1], shared=10)]
+
+
+def test_a_one_token_sample_splits_into_an_empty_tensor():
+    mb = collate_rows([TrainingSample([7], [0], [0.0], [])], [Row([0])])
+    assert [v.shape for v in split_rows(torch.zeros(1, 0), mb)] == [(0,)]
 
 
 def _group(seed: int = 0) -> list[TrainingSample]:
@@ -85,7 +97,7 @@ def test_packed_rows_give_the_same_logprobs_and_gradients(attention):
     index = list(range(len(samples)))
     packed = micro_batches(samples, index, 4096, pack=True)
     plain = micro_batches(samples, index, 4096, pack=False)
-    assert packed[0].packed_mask is not None and plain[0].packed_mask is None
+    assert packed[0].segments is not None and plain[0].segments is None
     assert sum(b.real_tokens for b in packed) == (19 + 4 * 1 + 5 + 9 + 3 + 7) + (12 + 2 + 4 + 6) + 19
     assert sum(b.real_tokens for b in plain) == sum(len(s.input_ids) for s in samples)
 
