@@ -45,6 +45,7 @@ class Tracked:
     tracker: Any  # tasks.tracking.Tracker
     runs: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    config_checked: bool = False  # a resumed run's config compared with its logged params
 
     @property
     def _key(self) -> str:
@@ -63,6 +64,9 @@ class Tracked:
                 self.tracker.log_params(flat_params(cfg), run_id=rid)
                 self.runs["parent"] = rid
                 self.ctx.store.put_json(self._key, self.runs)
+            elif not self.config_checked:  # resumed: the config may have changed since
+                self.tracker.log_config_changes(self.ctx.cfg, self.runs["parent"])
+            self.config_checked = True
             return self.runs["parent"]
 
     def child(self, stage: str) -> str:

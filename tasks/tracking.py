@@ -263,6 +263,26 @@ class Tracker:
         """The resolved config as flat params (`rollout.sampling.temperature` ...)."""
         self.log_params(flat_params(cfg or self.cfg), run_id)
 
+    def log_config_changes(self, cfg: SwerlConfig, run_id: str) -> dict[str, tuple[str, str]]:
+        """A run resumed with another config: MLflow params are write-once, so keys the run lacks
+        become params and changed values become tags ``swerl.resumed.{key}`` = "old -> new".
+        Returns the changed values (empty when MLflow cannot be read: that is logged)."""
+        self.flush()
+        run = self._call_or_drop("params", "read params", lambda: self.client.get_run(run_id))
+        if run is None:
+            return {}
+        logged = run.data.params
+        now = {k: _truncate(v, MAX_PARAM_VAL_LENGTH) for k, v in flat_params(cfg).items()}
+        added = {k: v for k, v in now.items() if k not in logged}
+        changed = {k: (logged[k], v) for k, v in now.items() if k in logged and logged[k] != v}
+        if added:
+            self.log_params(added, run_id)
+        if changed:
+            self.set_tags({f"swerl.resumed.{k}": f"{old} -> {new}" for k, (old, new) in changed.items()}, run_id)
+            log.warning("run %s resumed with %d changed config values: %s", run_id, len(changed),
+                        ", ".join(f"{k}: {old} -> {new}" for k, (old, new) in changed.items()))
+        return changed
+
     def set_tags(self, tags: Mapping[str, Any], run_id: str | None = None) -> None:
         self._enqueue(run_id, "tags",
                       [RunTag(k, _truncate(v, MAX_TAG_VAL_LENGTH)) for k, v in tags.items()])

@@ -92,6 +92,20 @@ def test_params_from_config_and_truncation(tracker, reader):
     assert len(params["long"]) == 6000 and params["long"].endswith("...")
 
 
+def test_a_resumed_run_with_a_changed_config_tags_the_changes(tracker, reader):
+    with tracker.run("p") as run_id:
+        tracker.log_config()
+        tracker.log_params({"note": "kept"})
+    resumed = tracker.cfg.model_copy(update={"seed": 7})
+    changed = tracker.log_config_changes(resumed, run_id)
+    assert changed == {"seed": ("0", "7")}
+    tracker.flush()
+    run = reader.get_run(run_id)
+    assert run.data.params["seed"] == "0"  # write-once
+    assert run.data.tags["swerl.resumed.seed"] == "0 -> 7"
+    assert tracker.log_config_changes(tracker.cfg, run_id) == {}
+
+
 def test_metrics_are_batched(tracker, reader, monkeypatch):
     calls = []
     real = tracker.client.log_batch
