@@ -292,10 +292,14 @@ def dapo_iteration(ctx: RunContext, stage_idx: int, iteration: int, pool: list[T
 
     stage_name = f"dapo-s{stage_idx + 1}"
     name = checkpoint_name(stage_name, iteration)
+    step = sum(s.iterations for s in ctx.cfg.dapo.stages[:stage_idx]) + iteration
     if has_checkpoint(ctx, name):
-        info = read_info(model_dir(ctx, name))
+        metrics = read_info(model_dir(ctx, name)).get("metrics") or {}
         log.info("%s: checkpoint already complete, reusing it", name)
-        return name, info.get("metrics") or {}
+        # Sent again: a run killed between sealing the checkpoint and flushing MLflow lost them
+        # (a repeat is the same value at the same step).
+        ctx.on_metrics("dapo", metrics, step)
+        return name, metrics
     stage = ctx.cfg.dapo.stages[stage_idx]
     t0 = time.monotonic()
     problems, stats, draws = dapo_rollouts(ctx, stage_idx, iteration, pool, policy)
@@ -322,7 +326,6 @@ def dapo_iteration(ctx: RunContext, stage_idx: int, iteration: int, pool: list[T
         "stage": stage_name, "iteration": iteration, "parent": policy, "run_id": ctx.run_id, "version": name,
         "dataset_hash": _tasks_hash(problems), "metrics": metrics})
     publish_checkpoint(ctx, out, name)
-    step = sum(s.iterations for s in ctx.cfg.dapo.stages[:stage_idx]) + iteration
     ctx.on_metrics("dapo", metrics, step)
     return name, metrics
 

@@ -125,3 +125,25 @@ def test_the_stage2_rule_sees_earlier_iterations_only_so_a_resumed_iteration_dra
     store(2, "c")
     assert [t.instance_id for t in stages.dapo_problems(ctx, pool, 0, 1)] == before
     assert {t.instance_id for t in stages.dapo_problems(ctx, pool, 0, 2)} == set("cdef")
+
+
+def test_a_reused_dapo_checkpoint_sends_its_metrics_again(tmp_path, monkeypatch):
+    """A run killed between sealing a checkpoint and flushing MLflow must not lose the metrics."""
+    import json
+
+    from training import stages
+    from training.checkpoint import COMPLETE, INFO
+
+    monkeypatch.setenv("SWERL_STATE", str(tmp_path / "state"))
+    ctx = _dynamic_ctx(tmp_path, min_kept=1, cap=4)
+    local = tmp_path / "ckpt"
+    local.mkdir()
+    (local / INFO).write_text(json.dumps({"metrics": {"loss": 0.5, "groups_kept": 3.0}}))
+    (local / COMPLETE).write_text("")
+    stages.publish_checkpoint(ctx, local, "dapo-s1-1")
+    sent = []
+    ctx.on_metrics = lambda stage, metrics, step: sent.append((stage, metrics, step))
+    monkeypatch.setattr(stages, "dapo_rollouts", lambda *a, **k: pytest.fail("a sealed iteration reran"))
+    name, metrics = stages.dapo_iteration(ctx, 0, 1, [], "dapo-s1-0")
+    assert name == "dapo-s1-1" and metrics == {"loss": 0.5, "groups_kept": 3.0}
+    assert sent == [("dapo", metrics, 1)]
