@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 import time
@@ -120,8 +121,8 @@ def _gpu() -> Check:
 
 
 def _disk() -> Check:
-    free_gb = shutil.disk_usage(Path.cwd()).free / 2**30
-    return Check("free disk", free_gb >= 10, f"{free_gb:.0f} GiB free", "free at least 10 GiB")
+    free_gb = math.floor(shutil.disk_usage(Path.cwd()).free / 2**30 * 10) / 10  # rounded down: 9.96 is not 10
+    return Check("free disk", free_gb >= 10, f"{free_gb:.1f} GiB free", "free at least 10 GiB")
 
 
 def run_checks(cfg: SwerlConfig) -> list[Check]:
