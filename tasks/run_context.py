@@ -86,8 +86,14 @@ class Tracked:
         self.tracker.close()
 
     def metrics(self, stage: str, metrics: dict[str, float], step: int | None) -> None:
-        clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
-        self.tracker.log_metrics(clean, step=step or 0, run_id=self.child(stage))
+        self.tracker.log_metrics(_numeric(metrics), step=step or 0, run_id=self.child(stage))
+
+    def missing_metrics(self, stage: str, metrics: dict[str, float], step: int | None) -> None:
+        self.tracker.log_missing_metrics(_numeric(metrics), step=step or 0, run_id=self.child(stage))
+
+
+def _numeric(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
 
 
 _CACHE: dict[str, Tracked] = {}
@@ -108,6 +114,7 @@ def tracked(ref: RunRef) -> Tracked:
             t = Tracked(ctx=ctx, tracker=tracker)
             t.load()
             ctx.on_metrics = t.metrics
+            ctx.on_missing_metrics = t.missing_metrics
             _CACHE[ref.run_id] = t
         return _CACHE[ref.run_id]
 

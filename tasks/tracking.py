@@ -255,6 +255,23 @@ class Tracker:
         now = int(time.time() * 1000)  # stamped when measured, not when the buffer is sent
         self._enqueue(run_id, "metrics", [Metric(metric_name(k), float(v), now, step) for k, v in metrics.items()])
 
+    def log_missing_metrics(self, metrics: Mapping[str, float], step: int = 0,
+                            run_id: str | None = None) -> bool:
+        """Metrics sent again by a resumed run: logged unless the run already has them at `step`.
+        MLflow keeps a repeat as a second point at that step, so a plain re-log would show a resumed
+        iteration twice. One key decides for all (they are sent together). When MLflow cannot be
+        read they are logged: a point shown twice beats a point lost. Returns whether it logged."""
+        if not metrics:
+            return False
+        rid = self._run_id(run_id)
+        self.flush()
+        key = metric_name(next(iter(metrics)))
+        history = self._call_or_drop("metrics", f"read {key}", lambda: self.client.get_metric_history(rid, key))
+        if history is not None and any(m.step == step for m in history):
+            return False
+        self.log_metrics(metrics, step, rid)
+        return True
+
     def log_params(self, params: Mapping[str, Any], run_id: str | None = None) -> None:
         self._enqueue(run_id, "params",
                       [Param(k, _truncate(v, MAX_PARAM_VAL_LENGTH)) for k, v in params.items()])

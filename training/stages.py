@@ -46,6 +46,8 @@ class RunContext:
     store: Any  # swerl.store.Store
     run_id: str
     on_metrics: MetricsFn = lambda stage, metrics, step: None
+    # for metrics a resumed run sends again: the tracker skips those it already has at that step
+    on_missing_metrics: MetricsFn = lambda stage, metrics, step: None
     progress: bool = True
     _backend: Any = field(default=None, repr=False)
     _backend_path: str | None = field(default=None, repr=False)
@@ -296,9 +298,9 @@ def dapo_iteration(ctx: RunContext, stage_idx: int, iteration: int, pool: list[T
     if has_checkpoint(ctx, name):
         metrics = read_info(model_dir(ctx, name)).get("metrics") or {}
         log.info("%s: checkpoint already complete, reusing it", name)
-        # Sent again: a run killed between sealing the checkpoint and flushing MLflow lost them
-        # (a repeat is the same value at the same step).
-        ctx.on_metrics("dapo", metrics, step)
+        # Sent again unless already there: a run killed between sealing the checkpoint and
+        # flushing MLflow lost them.
+        ctx.on_missing_metrics("dapo", metrics, step)
         return name, metrics
     stage = ctx.cfg.dapo.stages[stage_idx]
     t0 = time.monotonic()

@@ -142,7 +142,8 @@ def test_a_reused_dapo_checkpoint_sends_its_metrics_again(tmp_path, monkeypatch)
     (local / COMPLETE).write_text("")
     stages.publish_checkpoint(ctx, local, "dapo-s1-1")
     sent = []
-    ctx.on_metrics = lambda stage, metrics, step: sent.append((stage, metrics, step))
+    ctx.on_missing_metrics = lambda stage, metrics, step: sent.append((stage, metrics, step))
+    ctx.on_metrics = lambda *a: pytest.fail("a reused iteration's metrics must go through on_missing_metrics")
     monkeypatch.setattr(stages, "dapo_rollouts", lambda *a, **k: pytest.fail("a sealed iteration reran"))
     name, metrics = stages.dapo_iteration(ctx, 0, 1, [], "dapo-s1-0")
     assert name == "dapo-s1-1" and metrics == {"loss": 0.5, "groups_kept": 3.0}

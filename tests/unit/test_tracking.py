@@ -129,6 +129,16 @@ def test_metrics_callback_for_library_code(tracker, reader):
     assert history(reader, run_id, "rollout/turns") == [(3, 7.0)]
 
 
+def test_metrics_sent_again_by_a_resume_are_logged_once(tracker, reader):
+    """A resumed DAPO iteration re-sends its metrics: kept if MLflow lost them, skipped if not."""
+    with tracker.run("r") as run_id:
+        tracker.log_metrics({"loss": 0.5, "kept": 3}, step=0)
+        assert not tracker.log_missing_metrics({"loss": 0.5, "kept": 3}, step=0)
+        assert tracker.log_missing_metrics({"loss": 0.25, "kept": 4}, step=1)
+    assert history(reader, run_id, "loss") == [(0, 0.5), (1, 0.25)]
+    assert history(reader, run_id, "kept") == [(0, 3.0), (1, 4.0)]
+
+
 def test_dataset_input(tracker, reader):
     digest = "ab" * 32
     with tracker.run("d") as run_id:
