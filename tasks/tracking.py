@@ -266,9 +266,11 @@ class Tracker:
         rid = self._run_id(run_id)
         self.flush()
         key = metric_name(next(iter(metrics)))
-        history = self._call_or_drop("metrics", f"read {key}", lambda: self.client.get_metric_history(rid, key))
-        if history is not None and any(m.step == step for m in history):
-            return False
+        try:  # one try: during an outage they join the buffer like any other metrics
+            if any(m.step == step for m in self.client.get_metric_history(rid, key)):
+                return False
+        except Exception as e:  # noqa: BLE001 - unreadable is not a reason to lose them
+            log.warning("tracking: cannot read %s of run %s (%s); logging its metrics again", key, rid, e)
         self.log_metrics(metrics, step, rid)
         return True
 

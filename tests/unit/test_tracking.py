@@ -139,6 +139,16 @@ def test_metrics_sent_again_by_a_resume_are_logged_once(tracker, reader):
     assert history(reader, run_id, "kept") == [(0, 3.0), (1, 4.0)]
 
 
+def test_metrics_sent_again_are_logged_when_mlflow_cannot_say_it_has_them(tracker, reader, monkeypatch):
+    def unreadable(*a, **k):
+        raise ConnectionError("connection refused")
+
+    with tracker.run("r") as run_id:
+        monkeypatch.setattr(tracker.client, "get_metric_history", unreadable)
+        assert tracker.log_missing_metrics({"loss": 0.5}, step=2)
+    assert history(reader, run_id, "loss") == [(2, 0.5)]
+
+
 def test_dataset_input(tracker, reader):
     digest = "ab" * 32
     with tracker.run("d") as run_id:
