@@ -41,7 +41,7 @@ from swebench.harness.grading import get_eval_tests_report, get_resolution_statu
 
 from environments.log_parsers import StatusMap, output_section, parse_log, strip_ansi
 from environments.records import GradeResult, TaskInstance
-from environments.sandbox import SandboxError, open_sandbox
+from environments.sandbox import SandboxError, open_sandbox, run_env_prefix
 from swerl.config import EnvironmentConfig
 
 GRADE_DIR = "/tmp/swerl-grade"
@@ -115,7 +115,7 @@ def grading_script(task: TaskInstance, has_patch: bool, test_timeout_s: float) -
         f'for f in {files}; do [ -n "${{base[$f]:-}}" ] || rm -rf -- "$f"; done',
         '[ ${#base[@]} -eq 0 ] || git checkout -q HEAD -- "${!base[@]}"',
         apply_tests,
-        f"timeout -k 5 {test_timeout_s:g}s bash -c {shlex.quote(task.test_cmd)} > {GRADE_DIR}/test.log 2>&1 < /dev/null",
+        f"{run_env_prefix()} timeout -k 5 {test_timeout_s:g}s bash -c {shlex.quote(task.test_cmd)} > {GRADE_DIR}/test.log 2>&1 < /dev/null",
         f'echo "{TEST_EXIT}$?"',
         f"echo '{LOG_FOLLOWS}'",
         f"cat {GRADE_DIR}/test.log",

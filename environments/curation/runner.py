@@ -20,7 +20,7 @@ from pathlib import Path
 
 from environments.images import CLEAN_BYTECODE, GIT_DATE
 from environments.log_parsers import parse_pytest
-from environments.sandbox import Sandbox, SandboxError
+from environments.sandbox import TEST_ENV, Sandbox, SandboxError
 
 PLUGIN_DIR = "/tmp/swerl-plugin"
 TRACE_OUT = "/tmp/swerl-plugin/calls.json"
@@ -108,7 +108,7 @@ class ProjectRunner:
             targets = " ".join(shlex.quote(p) for p in sorted({t.split("::", 1)[0] for t in tests}))
         else:
             targets = " ".join(shlex.quote(t) for t in function_ids(tests))
-        env = {"PYTHONPATH": f"{PLUGIN_DIR}${{PYTHONPATH:+:$PYTHONPATH}}", **env}
+        env = {"PYTHONPATH": f"{PLUGIN_DIR}${{PYTHONPATH:+:$PYTHONPATH}}", **TEST_ENV, **env}
         if changed:
             env["SWERL_PARAMS_OUT"] = PARAMS_OUT
         assigns = " ".join(f"{k}={v}" for k, v in env.items())
