@@ -163,7 +163,8 @@ def _eval_tasks_location(ctx) -> str:
     d = ctx.cfg.data
     if d.eval_tasks_file:
         return _find_file(d.eval_tasks_file)
-    return _where(ctx.store, f"datasets/{d.eval_dataset}/{latest_hash(ctx.store, d.eval_dataset)}/tasks.jsonl")
+    digest = d.eval_hash or latest_hash(ctx.store, d.eval_dataset)
+    return _where(ctx.store, f"datasets/{d.eval_dataset}/{digest}/tasks.jsonl")
 
 
 def _tasks_with_images(path: str) -> list:
@@ -342,6 +343,18 @@ def cmd_dataset_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dataset_ship(args: argparse.Namespace) -> int:
+    from environments.curation.dataset import latest_hash, ship_dataset
+    from swerl.store import open_store
+
+    store = open_store(_config(args).storage)
+    digest = args.hash or latest_hash(store, args.name)
+    path = ship_dataset(store, args.name, digest)
+    print(f"{args.name}@{digest} -> {path} ({path.stat().st_size / 1e6:.2f} MB); a config pins it with "
+          f"data.train_hash or data.eval_hash: {digest}")
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     import json
     import random
@@ -484,6 +497,11 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("name")
     show.add_argument("--hash")
     show.set_defaults(func=cmd_dataset_show)
+    ship = dsub.add_parser("ship", help="copy a stored dataset to data/datasets/ (for data.*_hash pins)")
+    _add_config_args(ship)
+    ship.add_argument("name")
+    ship.add_argument("--hash", help="default: the newest")
+    ship.set_defaults(func=cmd_dataset_ship)
 
     p = sub.add_parser("validate", help="gold resolves, empty does not, FAIL_TO_PASS fail before")
     _add_config_args(p)

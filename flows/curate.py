@@ -16,11 +16,13 @@ from tasks.stage_tasks import UNIT
 
 
 def curate_datasets(ref: RunRef) -> dict[str, Any]:
-    """Both datasets of the run's config, built or found; logged to MLflow as dataset inputs."""
-    from environments.curation.curate import curate_synth
+    """Both datasets of the run's config: the pinned ones, else synthesised (or found cached);
+    logged to MLflow as dataset inputs."""
+    from environments.curation.curate import curate_pinned, curate_synth
 
     t = tracked(ref)
-    train, evals, stats = curate_synth(t.ctx.cfg, t.ctx.store, progress=print)
+    train, evals, stats = (curate_pinned(t.ctx.cfg, t.ctx.store, progress=print)
+                           or curate_synth(t.ctx.cfg, t.ctx.store, progress=print))
     rid = t.child("curate")
     for ref_, split in ((train, "train"), (evals, "eval")):
         t.tracker.log_dataset_input(ref_.name, ref_.hash, ref_.uri, ref_.counts["total"], context=split, run_id=rid)

@@ -61,6 +61,12 @@ class Sampling(Strict):
 class DataConfig(Strict):
     train_dataset: str = "synth-train"
     eval_dataset: str = "synth-eval"
+    # pin both splits to a dataset's content hash: curation then takes that dataset (from the
+    # store, or from the copy shipped in data/datasets/) instead of synthesising, so every machine
+    # trains and evaluates on the same tasks (synthesis keeps what passes its time limits, which
+    # depends on the machine's speed and load)
+    train_hash: str | None = None
+    eval_hash: str | None = None
     tasks_file: str | None = None  # a local tasks.jsonl overriding the dataset store lookup
     eval_tasks_file: str | None = None
     projects_train: list[str] = Field(default_factory=list)  # "name==version"
@@ -83,6 +89,15 @@ class DataConfig(Strict):
     max_patch_lines: int = Field(500, ge=1)
     max_failing_share: float = Field(0.5, gt=0.0, le=1.0)
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _pins_together(self) -> "DataConfig":
+        if (self.train_hash is None) != (self.eval_hash is None):
+            raise ValueError("data.train_hash and data.eval_hash pin the datasets together: set both or neither")
+        if self.train_hash and (self.tasks_file or self.eval_tasks_file):
+            raise ValueError("data.train_hash/eval_hash pin store datasets; data.tasks_file/eval_tasks_file "
+                             "name files instead: use one or the other")
+        return self
 
 
 class EnvironmentConfig(Strict):

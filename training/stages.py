@@ -434,16 +434,23 @@ def select_tasks(tasks: list[TaskInstance], d: DataConfig) -> list[TaskInstance]
 
 
 def pinned_dataset(ctx: RunContext, split: str, name: str) -> str:
-    """The hash of the dataset this run uses for `split`: the newest at the run's first load, and
-    that one from then on, so a resumed run never evaluates or trains on another set than it
-    started with (kept in `runs/<id>/datasets.json`)."""
-    from environments.curation.dataset import latest_hash
+    """The hash of the dataset this run uses for `split`: the one the config pins (`data.train_hash`,
+    `eval_hash`), else the newest at the run's first load; that one from then on, so a resumed run
+    never evaluates or trains on another set than it started with (kept in `runs/<id>/datasets.json`)."""
+    from environments.curation.dataset import ensure_dataset, latest_hash
 
     key = ctx.key("datasets.json")
     pins = ctx.store.get_json(key) if ctx.store.exists(key) else {}
-    newest = latest_hash(ctx.store, name)
+    data = ctx.cfg.data if ctx.cfg is not None else None
+    wanted = (data.train_hash if split == "train" else data.eval_hash) if data is not None else None
+    if wanted:
+        ensure_dataset(ctx.store, name, wanted)  # a stage run on its own may come before curation
+    newest = wanted or latest_hash(ctx.store, name)
     pin = pins.get(split)
     if pin and pin["name"] == name:
+        if wanted and pin["hash"] != wanted:
+            raise RuntimeError(f"run {ctx.run_id} uses {split} dataset {name}@{pin['hash']}, but its config "
+                               f"now pins {wanted}: start a new run (another run id) for another dataset")
         if pin["hash"] != newest:
             log.warning("run %s keeps its %s dataset %s@%s (the newest is %s)", ctx.run_id, split, name,
                         pin["hash"], newest)

@@ -19,7 +19,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Literal
 
-from environments.curation.dataset import DatasetRef, counts, dataset_hash, save_dataset
+from environments.curation.dataset import DatasetRef, counts, dataset_hash, ensure_dataset, save_dataset
 from environments.curation.projects import Project, check_disjoint, default_split, resolve
 from environments.curation.restate import UPGRADABLE, restate_project
 from environments.curation.splits import make_splits
@@ -120,6 +120,22 @@ def validated(tasks: list[TaskInstance], mode: Validate, cfg: SwerlConfig, store
     if infra:
         progress(f"[validate] {len(infra)} tasks could not be checked (infrastructure): {infra[:5]}")
     return [t for t in tasks if t.instance_id not in bad], {"mode": mode, **report["summary"]}
+
+
+def curate_pinned(cfg: SwerlConfig, store: Store, progress: Progress = print
+                  ) -> tuple[DatasetRef, DatasetRef, dict[str, Any]] | None:
+    """The datasets `cfg.data` pins by hash (from the store or the checkout's shipped copies),
+    or None when nothing is pinned. Nothing is synthesised: the same tasks on every machine."""
+    d = cfg.data
+    if not (d.train_hash and d.eval_hash):
+        return None
+    t0 = time.monotonic()
+    train = ensure_dataset(store, d.train_dataset, d.train_hash)
+    eval_ = ensure_dataset(store, d.eval_dataset, d.eval_hash)
+    stats = {"pinned": True, "train": train.counts, "eval": eval_.counts, "seconds": round(time.monotonic() - t0, 1)}
+    progress(f"curation: pinned datasets {train.name}@{train.hash} ({train.counts.get('total')} tasks), "
+             f"{eval_.name}@{eval_.hash} ({eval_.counts.get('total')} tasks) in {stats['seconds']} s")
+    return train, eval_, stats
 
 
 def curate_synth(cfg: SwerlConfig, store: Store, progress: Progress = print, workers: int = 2,

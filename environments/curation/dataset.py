@@ -9,10 +9,12 @@ what it needs (name, hash, uri, counts).
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from environments.records import TaskInstance, TaskFormatError
@@ -20,6 +22,9 @@ from swerl.store import Store, content_hash
 
 HASH_LEN = 16
 LATEST = "LATEST.json"  # datasets/<name>/LATEST.json: the hash curation saved last
+# Datasets shipped with the checkout (`swerl dataset ship`): data/datasets/<name>/<hash>.jsonl.gz and
+# <hash>.manifest.json. A config that pins a hash takes its dataset from here when the store lacks it.
+SHIPPED_DIR = Path(__file__).resolve().parents[2] / "data" / "datasets"
 
 
 class DatasetError(RuntimeError):
@@ -133,18 +138,67 @@ def latest_hash(store: Store, name: str) -> str:
 def load_dataset(store: Store, name: str, hash: str | None = None) -> list[TaskInstance]:
     """The tasks of `name` at `hash` (the newest when None), checked against the hash."""
     digest = hash or latest_hash(store, name)
+    return _parse(_stored_bytes(store, name, digest), f"dataset {name}@{digest}")
+
+
+def _stored_bytes(store: Store, name: str, digest: str) -> bytes:
     manifest = _manifest(store, name, digest)
     data = store.get_bytes(f"{_prefix(name, digest)}/tasks.jsonl")
     if content_hash(data) != manifest.get("sha256") or content_hash(data)[:HASH_LEN] != digest:
         raise DatasetError(f"dataset {name}@{digest}: tasks.jsonl does not match its hash")
+    return data
+
+
+def _parse(data: bytes, what: str) -> list[TaskInstance]:
     tasks = []
     for lineno, line in enumerate(data.decode().splitlines(), 1):
         if line.strip():
             try:
                 tasks.append(TaskInstance.from_dict(json.loads(line)))
             except (json.JSONDecodeError, TaskFormatError, TypeError) as e:
-                raise DatasetError(f"dataset {name}@{digest}: line {lineno}: {e}") from e
+                raise DatasetError(f"{what}: line {lineno}: {e}") from e
     return tasks
+
+
+def shipped_files(name: str, digest: str, root: Path = SHIPPED_DIR) -> tuple[Path, Path]:
+    """(tasks, manifest) of a shipped dataset."""
+    _prefix(name, digest)  # validates the name
+    return root / name / f"{digest}.jsonl.gz", root / name / f"{digest}.manifest.json"
+
+
+def ship_dataset(store: Store, name: str, digest: str, root: Path = SHIPPED_DIR) -> Path:
+    """Copy a stored dataset into the checkout, so a config can pin it on any machine.
+
+    gzip with a fixed mtime: shipping the same dataset twice writes the same bytes.
+    """
+    data = _stored_bytes(store, name, digest)
+    tasks_path, manifest_path = shipped_files(name, digest, root)
+    tasks_path.parent.mkdir(parents=True, exist_ok=True)
+    tasks_path.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
+    manifest_path.write_text(json.dumps(_manifest(store, name, digest), indent=1, sort_keys=True) + "\n")
+    return tasks_path
+
+
+def ensure_dataset(store: Store, name: str, digest: str, root: Path = SHIPPED_DIR) -> DatasetRef:
+    """The dataset `name@digest` in the store; copied there from its shipped copy when missing."""
+    prefix = _prefix(name, digest)
+    if store.exists(f"{prefix}/manifest.json"):
+        return DatasetRef(name, digest, store.url(prefix), _manifest(store, name, digest).get("counts", {}))
+    tasks_path, manifest_path = shipped_files(name, digest, root)
+    if not tasks_path.is_file():
+        raise DatasetError(f"dataset {name}@{digest} is pinned, but it is neither in {store.uri} nor shipped "
+                           f"at {tasks_path}: build it with `swerl curate synth` (pins unset) or drop the pin")
+    try:
+        data = gzip.decompress(tasks_path.read_bytes())
+    except (OSError, EOFError) as e:
+        raise DatasetError(f"{tasks_path}: not a readable gzip file ({e})") from e
+    if content_hash(data)[:HASH_LEN] != digest:
+        raise DatasetError(f"{tasks_path} does not match its hash {digest}: the file was changed or cut short")
+    config = json.loads(manifest_path.read_text()).get("config", {}) if manifest_path.is_file() else {}
+    ref = save_dataset(store, name, _parse(data, str(tasks_path)), {**config, "shipped_as": tasks_path.name})
+    if ref.hash != digest:  # a task record that does not survive a load/save round trip
+        raise DatasetError(f"{tasks_path}: its tasks hash to {ref.hash} once loaded, not {digest}")
+    return ref
 
 
 def dataset_manifest(store: Store, name: str, hash: str | None = None) -> dict[str, Any]:
