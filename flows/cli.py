@@ -475,7 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("curate", help="build datasets: synthesise from PyPI projects, or import SWE-bench files")
     csub = p.add_subparsers(dest="curate_command", required=True)
-    syn = csub.add_parser("synth", help="synthesise validated tasks from the preset's projects (cached)")
+    syn = csub.add_parser("synth", help="synthesise validated tasks from the preset's projects (cached); a preset that "
+                          "pins its datasets (data.*_hash) takes those: set them to null to synthesise")
     _add_run_args(syn, "cpu-demo")
     syn.set_defaults(func=cmd_curate_synth)
     imp = csub.add_parser("import", help="import SWE-bench / SWE-rebench / SWE-Gym tasks (file or HF name)")
