@@ -47,7 +47,7 @@ def restate_project(project: Project, saved: ProjectResult, env_image: str, env_
                   if t not in trace.durations}
         progress(f"[{project.key}] restate: {len(timing)} timing-dependent tests, {len(absent)} named "
                  f"tests not found ({time.monotonic() - t0:.0f} s)")
-        timing |= absent  # neither may be named by a task
+        unusable = timing | absent  # a task may name neither
         reasons: Counter = Counter()
         tasks: list[TaskInstance] = []
         found: dict[str, dict] = {}
@@ -55,7 +55,7 @@ def restate_project(project: Project, saved: ProjectResult, env_image: str, env_
         for i, task in enumerate(saved.tasks, 1):
             if stop.is_set():
                 raise Interrupted(f"{project.key}: stopped while restating")
-            reason, ev = _recheck(runner, task, timing, suite_s, opts)
+            reason, ev = _recheck(runner, task, unusable, suite_s, opts)
             reasons[reason] += 1
             if reason == "ok":
                 for path in evidence_files(ev, task.FAIL_TO_PASS) - set(sources):
@@ -78,12 +78,12 @@ def restate_project(project: Project, saved: ProjectResult, env_image: str, env_
     return ProjectResult(saved.project, tasks, stats, found, sources)
 
 
-def _recheck(runner: ProjectRunner, task: TaskInstance, timing: set[str], suite_s: float,
+def _recheck(runner: ProjectRunner, task: TaskInstance, unusable: set[str], suite_s: float,
              opts: SynthOptions) -> tuple[str, dict]:
     """("ok", evidence) after narrowing the task's tests, else (why it is dropped, {})."""
-    f2p = [t for t in task.FAIL_TO_PASS if t not in timing]
+    f2p = [t for t in task.FAIL_TO_PASS if t not in unusable]
     if not f2p:
-        return "timing_only", {}
+        return "no_usable_fail_to_pass", {}  # all timing-dependent or not found
     try:
         new = runner.patched_sources(task.meta["bug_patch"])
         run = runner.try_mutant(new, f2p, max(20.0, 3 * suite_s + 10), verbose=True)
@@ -98,6 +98,6 @@ def _recheck(runner: ProjectRunner, task: TaskInstance, timing: set[str], suite_
     if failing != set(f2p):
         return "flaky", {}
     task.FAIL_TO_PASS = f2p
-    task.PASS_TO_PASS = [t for t in task.PASS_TO_PASS if t not in timing]
+    task.PASS_TO_PASS = [t for t in task.PASS_TO_PASS if t not in unusable]
     task.meta["validation"] = {**task.meta.get("validation", {}), "suite_size": len(f2p) + len(task.PASS_TO_PASS)}
     return "ok", evidence(run, f2p)
