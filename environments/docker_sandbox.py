@@ -82,13 +82,41 @@ def api() -> docker.APIClient:
 # ----------------------------------------------------------------------------- transport
 
 
+def upgrade_leftover(sock_io: Any, raw: socket.socket) -> bytes:
+    """The stream's first bytes, when http.client's reader took them with the upgrade's headers.
+
+    Why: exec start is an HTTP upgrade. http.client parses the `101 UPGRADED` headers through a
+    buffered reader that reads up to 8 KiB at a time, and docker-py hands back the socket below
+    that reader (docker-py #3332). When the client is slow to read the headers (a loaded machine)
+    and the command quick, its frames sit in that buffer and reading the socket never sees them:
+    `git diff` came back empty with exit code 0, and a submitted fix graded as no patch.
+    """
+    response = getattr(sock_io, "_response", None)
+    reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    if reader is None or not hasattr(reader, "read1"):
+        return b""
+    out = bytearray()
+    raw.setblocking(False)  # take what is buffered; never wait on the socket here
+    try:
+        while chunk := reader.read1(READ_CHUNK):
+            out += chunk
+    except (BlockingIOError, OSError, ValueError):
+        pass
+    finally:
+        try:
+            raw.settimeout(None)
+        except OSError:
+            pass
+    return bytes(out)
+
+
 class DockerStreamTransport:
     """A hijacked exec socket, unwrapping Docker's multiplexed frames (8-byte headers)."""
 
     def __init__(self, sock: Any) -> None:
         self._io = sock  # keep the SocketIO alive: it owns the connection
         self.sock: socket.socket = getattr(sock, "_sock", sock)
-        self.buf = bytearray()
+        self.buf = bytearray(upgrade_leftover(sock, self.sock))
         self.eof = False
 
     def send(self, data: bytes, deadline: float) -> None:

@@ -136,6 +136,27 @@ def test_run_is_fresh_and_grading_sized(sb):
     assert r.truncated_bytes == 0 and r.output.endswith("100000\n")  # grading keeps the log
 
 
+def test_quick_output_is_not_lost_when_the_client_reads_the_upgrade_late(sb, monkeypatch):
+    """docker-py #3332: frames that arrive with the `101 UPGRADED` headers land in http.client's
+    buffer, below which docker-py reads. A loaded client (simulated by a 50 ms pause before the
+    headers are read) lost them about half the time: an edited tree's diff came back empty."""
+    import http.client
+
+    begin = http.client.HTTPResponse.begin
+
+    def slow_begin(self):
+        time.sleep(0.05)
+        return begin(self)
+
+    sb.write_file("calc.py", FILES["calc.py"].replace("a - b", "a + b"))
+    monkeypatch.setattr(http.client.HTTPResponse, "begin", slow_begin)
+    outputs = [sb.run("echo hello").output for _ in range(15)]
+    diffs = [sb.diff() for _ in range(5)]
+    assert outputs == ["hello\n"] * 15
+    assert all("+    return a + b" in d for d in diffs)
+    assert sb.exec("echo session").output == "session\n"
+
+
 def test_a_dead_container_is_an_infra_error(image):
     from environments.docker_sandbox import api
 
