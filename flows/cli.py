@@ -157,13 +157,12 @@ def _where(store, key: str) -> str:
 
 def _eval_tasks_location(ctx) -> str:
     """The tasks file the evaluation read: the preset's eval file, or its dataset's tasks.jsonl."""
-    from environments.curation.dataset import latest_hash
-    from training.stages import _find_file
+    from training.stages import _find_file, pinned_dataset
 
     d = ctx.cfg.data
     if d.eval_tasks_file:
         return _find_file(d.eval_tasks_file)
-    digest = d.eval_hash or latest_hash(ctx.store, d.eval_dataset)
+    digest = pinned_dataset(ctx, "eval", d.eval_dataset)  # the run's set, not just the newest
     return _where(ctx.store, f"datasets/{d.eval_dataset}/{digest}/tasks.jsonl")
 
 

@@ -90,6 +90,12 @@ class DataConfig(Strict):
     max_failing_share: float = Field(0.5, gt=0.0, le=1.0)
     seed: int = 0
 
+    def pinned_hash(self, split: str) -> str | None:
+        """The content hash the config pins `split` ("train" or "eval") to; None when unpinned."""
+        if split not in ("train", "eval"):
+            raise ValueError(f"no dataset split {split!r}: 'train' or 'eval'")
+        return self.train_hash if split == "train" else self.eval_hash
+
     @model_validator(mode="after")
     def _pins_together(self) -> "DataConfig":
         if (self.train_hash is None) != (self.eval_hash is None):

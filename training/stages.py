@@ -442,7 +442,7 @@ def pinned_dataset(ctx: RunContext, split: str, name: str) -> str:
     key = ctx.key("datasets.json")
     pins = ctx.store.get_json(key) if ctx.store.exists(key) else {}
     data = ctx.cfg.data if ctx.cfg is not None else None
-    wanted = (data.train_hash if split == "train" else data.eval_hash) if data is not None else None
+    wanted = data.pinned_hash(split) if data is not None else None
     if wanted:
         ensure_dataset(ctx.store, name, wanted)  # a stage run on its own may come before curation
     newest = wanted or latest_hash(ctx.store, name)

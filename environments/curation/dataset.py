@@ -138,15 +138,16 @@ def latest_hash(store: Store, name: str) -> str:
 def load_dataset(store: Store, name: str, hash: str | None = None) -> list[TaskInstance]:
     """The tasks of `name` at `hash` (the newest when None), checked against the hash."""
     digest = hash or latest_hash(store, name)
-    return _parse(_stored_bytes(store, name, digest), f"dataset {name}@{digest}")
+    return _parse(_stored_bytes(store, name, digest)[0], f"dataset {name}@{digest}")
 
 
-def _stored_bytes(store: Store, name: str, digest: str) -> bytes:
+def _stored_bytes(store: Store, name: str, digest: str) -> tuple[bytes, dict[str, Any]]:
+    """The dataset's tasks.jsonl, checked against its hash, and its manifest."""
     manifest = _manifest(store, name, digest)
     data = store.get_bytes(f"{_prefix(name, digest)}/tasks.jsonl")
     if content_hash(data) != manifest.get("sha256") or content_hash(data)[:HASH_LEN] != digest:
         raise DatasetError(f"dataset {name}@{digest}: tasks.jsonl does not match its hash")
-    return data
+    return data, manifest
 
 
 def _parse(data: bytes, what: str) -> list[TaskInstance]:
@@ -171,11 +172,11 @@ def ship_dataset(store: Store, name: str, digest: str, root: Path = SHIPPED_DIR)
 
     gzip with a fixed mtime: shipping the same dataset twice writes the same bytes.
     """
-    data = _stored_bytes(store, name, digest)
+    data, manifest = _stored_bytes(store, name, digest)
     tasks_path, manifest_path = shipped_files(name, digest, root)
     tasks_path.parent.mkdir(parents=True, exist_ok=True)
     tasks_path.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
-    manifest_path.write_text(json.dumps(_manifest(store, name, digest), indent=1, sort_keys=True) + "\n")
+    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return tasks_path
 
 
