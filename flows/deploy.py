@@ -29,6 +29,11 @@ from swerl.config import SwerlConfig
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PLACEHOLDER = re.compile(r"\{\{\s*\$(\w+)\s*\}\}")
+# Deployed flow runs heartbeat this often (prefect.yaml sets PREFECT_FLOWS_HEARTBEAT_FREQUENCY on
+# their pools); a run silent for MISSED_BEATS of them is marked Crashed by ZOMBIE_AUTOMATION.
+HEARTBEAT_S = 30
+MISSED_BEATS = 3
+ZOMBIE_AUTOMATION = "swerl: crash flow runs that stopped heartbeating"
 
 
 class DeployError(RuntimeError):
@@ -84,7 +89,8 @@ def resolve_targets(cfg: SwerlConfig, api_url: str | None, stack_env: Path | Non
     if not url:
         raise DeployError("no Prefect API to deploy to: start the stack (`make up`), or pass "
                           "--api-url, or set PREFECT_API_URL or orchestration.prefect_api_url")
-    return {**targets, "PREFECT_API_URL": url.rstrip("/"), "SWERL_PRESET": cfg.preset}
+    return {**targets, "PREFECT_API_URL": url.rstrip("/"), "SWERL_PRESET": cfg.preset,
+            "SWERL_HEARTBEAT_S": str(HEARTBEAT_S)}
 
 
 def load_spec(prefect_file: Path) -> list[dict[str, Any]]:
@@ -123,6 +129,49 @@ def ensure_pools_and_limits(client: Any, pools: list[str], cfg: SwerlConfig) -> 
                 pass
     client.create_concurrency_limit(tag="gpu", concurrency_limit=cfg.orchestration.gpu_limit)
     client.create_concurrency_limit(tag="sandbox", concurrency_limit=cfg.orchestration.sandbox_limit)
+
+
+def zombie_automation() -> Any:
+    """Prefect's documented zombie detection, for deployed runs only (a local `swerl pipeline`
+    takes its ephemeral server down with it). Why: a worker or machine that dies mid-run leaves
+    its flow run Running for good, and nothing says it needs a resume; once its heartbeats stop,
+    this marks it Crashed (resume it with the same run_id)."""
+    from datetime import timedelta
+
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
+    from prefect.events.schemas.events import ResourceSpecification
+
+    return AutomationCore(
+        name=ZOMBIE_AUTOMATION,
+        description=f"A flow run that sent no heartbeat for {MISSED_BEATS * HEARTBEAT_S} s (its process "
+                    "is gone) is marked Crashed. Made by `swerl deploy` (flows/deploy.py).",
+        trigger=EventTrigger(
+            after={"prefect.flow-run.heartbeat"},
+            expect={"prefect.flow-run.heartbeat", "prefect.flow-run.Completed", "prefect.flow-run.Failed",
+                    "prefect.flow-run.Cancelled", "prefect.flow-run.Crashed"},
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
+            threshold=1,
+            within=timedelta(seconds=MISSED_BEATS * HEARTBEAT_S),
+        ),
+        actions=[ChangeFlowRunState(state=StateType.CRASHED, message=(
+            f"no heartbeat for {MISSED_BEATS * HEARTBEAT_S} s: its process died; resume it with the same run_id"))],
+    )
+
+
+def ensure_zombie_automation(client: Any) -> None:
+    """Create or update ZOMBIE_AUTOMATION (an upsert by name, like everything `deploy` makes)."""
+    automation = zombie_automation()
+    found = [a for a in client.read_automations_by_name(ZOMBIE_AUTOMATION) if a.name == ZOMBIE_AUTOMATION]
+    if found:
+        client.update_automation(found[0].id, automation)
+        for extra in found[1:]:  # two deploys racing each made one
+            client.delete_automation(extra.id)
+    else:
+        client.create_automation(automation)
 
 
 def run_prefect_deploy(prefect_file: Path, targets: dict[str, str]) -> None:
@@ -200,5 +249,6 @@ def deploy(cfg: SwerlConfig, api_url: str | None = None, *, stack_env: Path | No
             raise DeployError(f"Prefect API {url} is not reachable ({type(err).__name__}: {err}); "
                               "is the stack up (`make up`)?") from err
         ensure_pools_and_limits(client, [targets["SWERL_CPU_POOL"], targets["SWERL_GPU_POOL"]], cfg)
+        ensure_zombie_automation(client)
         run_prefect_deploy(prefect_file, targets)
         return read_back(client, deployments)

@@ -236,6 +236,12 @@ def test_deploy_creates_pools_limits_and_scheduled_deployments(stack: Stack) -> 
         assert f"tracking.uri={stack.url('SWERL_MLFLOW_PORT')}" in pipeline.parameters["overrides"]
         assert set(pipeline.parameter_openapi_schema["properties"]) >= {"preset", "overrides", "run_id"}
         assert deployments["dapo"].work_pool_name == gpu_pool
+        from flows.deploy import HEARTBEAT_S, ZOMBIE_AUTOMATION
+
+        for d in deployments.values():  # what the zombie automation watches for
+            assert d.job_variables["env"]["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == str(HEARTBEAT_S), d.name
+        zombie = [a for a in client.read_automations_by_name(ZOMBIE_AUTOMATION) if a.name == ZOMBIE_AUTOMATION]
+        assert len(zombie) == 1 and zombie[0].enabled, "deploying twice keeps one zombie automation"
 
         crons = {name: [s.schedule.cron for s in d.schedules] for name, d in deployments.items() if d.schedules}
         assert crons == {"evaluate": ["0 3 * * *"], "curate": ["0 4 * * 1"]}
@@ -454,8 +460,6 @@ def test_sigkilled_worker_resumes_in_dapo(stack: Stack, reference_run: PipelineR
     deployment with the same run_id finishes it, and the run ends as the uninterrupted one did."""
     from mlflow import MlflowClient
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-    from prefect.states import Crashed
-
     from environments.sandbox import _proc_start_ticks
     from swerl.config import load_config
     from swerl.store import COMPLETE
@@ -509,24 +513,28 @@ def test_sigkilled_worker_resumes_in_dapo(stack: Stack, reference_run: PipelineR
         errors_then = _error_episodes(stack, killed)
         mlflow_ids = json.loads(s3.cat(f"{prefix}/mlflow_runs.json"))
         at_kill = {t.name: t.state.name for t in dapo_runs()}
-        # Prefect shows the orphan as Running for good: nothing heartbeats for a process flow
-        # run, and the new worker knows nothing of its predecessor's subprocess.
+        # The orphan's heartbeats stopped with it: `swerl deploy`'s automation marks it Crashed.
+        from flows.deploy import HEARTBEAT_S, MISSED_BEATS
+
+        assert not client.read_flow_run(orphan.id).state.is_final()
+        _wait_for("the automation to mark the orphan Crashed", lambda: client.read_flow_run(orphan.id).state.is_crashed(),
+                  timeout=(MISSED_BEATS + 3) * HEARTBEAT_S + 60, interval=5)
+        t_crashed = time.time()
         orphan_state = client.read_flow_run(orphan.id).state
         print(f"killed `{procs[pid]}` (pid {pid}, owner {owner}) {t_kill - t0:.0f}s after the trigger, "
               f"in {dapo[-1]}: DAPO task runs {at_kill}; "
               f"{len(killed.episodes().get(_batch(dapo[-1]), ()))} episodes of it stored; sealed "
-              f"{sorted(killed.infos)}; {len(left)} sandboxes left; Prefect shows the flow run {orphan_state.name}")
-        assert not orphan_state.is_final(), orphan_state
+              f"{sorted(killed.infos)}; {len(left)} sandboxes left; Prefect marked the flow run "
+              f"{orphan_state.name} {t_crashed - t_kill:.0f}s after the kill: {orphan_state.message}")
+        assert "heartbeat" in (orphan_state.message or ""), orphan_state
         assert left, "the killed flow run left no sandbox behind: it was not killed mid-episode"
         assert dapo[-1] not in killed.infos, "killed too late: the last DAPO iteration had finished"
 
         t_restart = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         stack.compose("up", "-d", "--wait", "worker-cpu")
         assert _flow_run_processes(stack) == {}, "the restarted worker runs no flow run of its own accord"
-        # What an operator does with a run whose infrastructure died: mark it Crashed. Its task
-        # runs stay Running; the `gpu`/`sandbox` slots they held are leases that the server
-        # revokes once they expire (60 s), so the new run may wait that long for its first slot.
-        client.set_flow_run_state(orphan.id, Crashed(message="worker SIGKILLed; resumed by a new run"), force=True)
+        # The orphan's task runs stay Running; the `gpu`/`sandbox` slots they held are leases that
+        # the server revokes once they expire (60 s), so the new run may wait for its first slot.
 
     t1 = time.time()
     resumed = _run_pipeline(stack, names, run_id)

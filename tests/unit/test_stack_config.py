@@ -58,6 +58,9 @@ def test_prefect_yaml_deploys_every_flow() -> None:
     }
     for d in spec:
         assert d["work_pool"]["name"] and set(d["parameters"]) == {"preset", "overrides"}, d["name"]
+        # every deployed run heartbeats, or the zombie automation could not tell it died
+        env = d["work_pool"]["job_variables"]["env"]
+        assert env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "{{ $SWERL_HEARTBEAT_S }}", d["name"]
     scheduled = {d["name"]: [s["cron"] for s in d["schedules"]] for d in spec if d.get("schedules")}
     assert set(scheduled) == {"evaluate", "curate"}
 
