@@ -132,7 +132,12 @@ def pipeline(preset: str = "smoke", overrides: list[str] = [], run_id: str | Non
         reports["dapo"] = st.evaluate.with_options(**_opts(ref))(ref, "dapo", policy, eval_tasks)
     create_table_artifact(_eval_table(reports), key="swerl-eval", description=f"evaluations of run {ref.run_id}")
     version = reg.register.with_options(**_opts(ref))(ref, policy, reports[list(reports)[-1]])
-    decision = reg.promote.with_options(**_opts(ref))(ref, version)
+    champion_report = None
+    stale = reg.find_stale_champion.with_options(**_opts(ref))(ref, version) if cfg.eval.rebaseline_champion else None
+    if stale is not None:  # the eval set changed since the champion was measured: measure it again
+        model = f"models:/{cfg.tracking.registered_model}/{stale}"
+        champion_report = st.evaluate.with_options(**_opts(ref))(ref, reg.champion_label(stale), model, eval_tasks)
+    decision = reg.promote.with_options(**_opts(ref))(ref, version, champion_report=champion_report)
     summary = reg.final_report.with_options(**_opts(ref))(ref, reports)
     t.finish("FINISHED")
     return {"run_id": ref.run_id, "policy": policy, "registered_version": version, "promotion": decision,

@@ -230,6 +230,9 @@ class EvalConfig(Strict):
     # the pipeline also evaluates every DAPO checkpoint before the last (labelled by name), for
     # the report's Pass@1 per iteration; off, only the final one ("dapo")
     each_dapo_checkpoint: bool = False
+    # a champion evaluated on another eval set (curation refreshed it) is evaluated again on this
+    # run's set before the paired test; off, such a challenger is "not comparable" and stays out
+    rebaseline_champion: bool = True
 
 
 class OrchestrationConfig(Strict):

@@ -112,12 +112,29 @@ def register_version(t: Tracked, policy: str, report: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------- promote
-def promote_version(t: Tracked, version: str, manual: bool = False, note: str = "") -> Decision:
+def stale_champion(t: Tracked, version: str) -> str | None:
+    """The champion version, when its registered evaluation is on another eval set than
+    `version`'s (curation refreshed the set since): the paired test needs it evaluated again."""
+    champion = t.tracker.get_version_by_alias(t.ctx.cfg.tracking.registered_model, CHAMPION)
+    if champion is None or champion == str(version):
+        return None
+    same = report_of_version(t, champion).get("dataset_hash") == report_of_version(t, str(version)).get("dataset_hash")
+    return None if same else champion
+
+
+def champion_label(version: str) -> str:
+    """The evaluation label of a champion re-evaluated in this run."""
+    return f"champion-v{version}"
+
+
+def promote_version(t: Tracked, version: str, manual: bool = False, note: str = "",
+                    champion_report: dict[str, Any] | None = None) -> Decision:
     """Challenger -> champion when significantly better on the same eval set (or forced).
 
-    Deterministic given the two reports, so a retry after a crash between tagging and moving
-    the alias reaches the same decision. A version that already is the champion is left as it
-    is (its recorded decision stays).
+    `champion_report`: the champion evaluated again on the challenger's eval set (see
+    `stale_champion`), used instead of its registered evaluation. Deterministic given the two
+    reports, so a retry after a crash between tagging and moving the alias reaches the same
+    decision. A version that already is the champion is left as it is (its decision stays).
     """
     name = t.ctx.cfg.tracking.registered_model
     version = str(version)
@@ -129,7 +146,16 @@ def promote_version(t: Tracked, version: str, manual: bool = False, note: str = 
         return decision
     t.tracker.set_alias(name, CHALLENGER, version)
     challenger_report = report_of_version(t, version)
-    champion_report = report_of_version(t, champion) if champion is not None else None
+    if champion is None:
+        champion_report = None
+    elif champion_report is None:
+        champion_report = report_of_version(t, champion)
+    elif champion_report.get("label") != champion_label(champion):
+        raise ValueError(f"the champion is version {champion}, but the report given for it is "
+                         f"{champion_report.get('label')!r} ({champion_report.get('policy')})")
+    else:
+        note = "; ".join(filter(None, [f"champion v{champion} re-evaluated on this eval set "
+                                       f"({champion_report['label']} of run {champion_report.get('run_id')})", note]))
     decision = decide(challenger_report, champion_report, t.ctx.cfg.eval.significance, manual=manual)
     if note:
         decision.reason = f"{decision.reason} [{note}]"
@@ -232,9 +258,15 @@ def register(ref: RunRef, policy: str, report: dict[str, Any]) -> str:
     return register_version(tracked(ref), policy, report)
 
 
+@task(name="stale-champion", **UNIT)
+def find_stale_champion(ref: RunRef, version: str) -> str | None:
+    return stale_champion(tracked(ref), version)
+
+
 @task(name="promote", **UNIT)
-def promote(ref: RunRef, version: str, manual: bool = False, note: str = "") -> dict[str, Any]:
-    d = promote_version(tracked(ref), version, manual=manual, note=note)
+def promote(ref: RunRef, version: str, manual: bool = False, note: str = "",
+            champion_report: dict[str, Any] | None = None) -> dict[str, Any]:
+    d = promote_version(tracked(ref), version, manual=manual, note=note, champion_report=champion_report)
     print(f"promotion of version {version}: {'PROMOTED' if d.promote else 'not promoted'}: {d.reason}")
     return {"version": str(version), **d.to_dict()}
 

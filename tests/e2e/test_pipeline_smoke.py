@@ -75,3 +75,31 @@ def test_a_rerun_resumes_and_redoes_nothing(smoke_run):
     again = json.loads(out.stdout[out.stdout.index("{\n"):])
     assert again["run_id"] == result["run_id"]
     assert written() == before, "a resumed run rewrote finished episodes or checkpoints"
+
+
+def test_a_champion_measured_on_another_eval_set_is_measured_again(smoke_run):
+    """Curation refreshed the eval set (here: one task instead of two): the next run evaluates the
+    champion again on its own set before the paired test, instead of calling them incomparable."""
+    from mlflow import MlflowClient
+
+    cwd, result = smoke_run
+    uri = f"sqlite:///{cwd / '.swerl' / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    champion = client.get_model_version_by_alias("swerl-agent", "champion")
+    assert champion.tags["swerl.run_id"] == result["run_id"]
+    sets = ["eval.max_tasks=1", "rft.enabled=false", "dapo.enabled=false", "difficulty.enabled=false"]
+    out = subprocess.run([sys.executable, "-m", "flows.cli", "pipeline", "--preset", "smoke", "--fresh",
+                          *[a for s in sets for a in ("--set", s)]], cwd=cwd, capture_output=True, text=True,
+                         timeout=1200)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-6000:]
+    second = json.loads(out.stdout[out.stdout.index("{\n"):])
+    assert second["run_id"] != result["run_id"]
+    run_dir = cwd / ".swerl" / "store" / "runs" / second["run_id"]
+    base = json.loads((run_dir / "eval" / "base" / "report.json").read_text())
+    again = json.loads((run_dir / "eval" / f"champion-v{champion.version}" / "report.json").read_text())
+    assert base["n_tasks"] == again["n_tasks"] == 1 and again["dataset_hash"] == base["dataset_hash"]
+    assert again["policy"] == f"models:/swerl-agent/{champion.version}"
+    assert again["dataset_hash"] != champion.tags["swerl.dataset_hash"]
+    reason = second["promotion"]["reason"]
+    assert f"champion v{champion.version} re-evaluated on this eval set" in reason, reason
+    assert "not comparable" not in reason and second["promotion"]["paired_tasks"] == 1, second["promotion"]

@@ -49,7 +49,7 @@ def reader(ref: RunRef) -> MlflowClient:
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
-def plant_eval(ctx: RunContext, label: str, policy: str, solved: dict[str, int]) -> dict:
+def plant_eval(ctx: RunContext, label: str, policy: str, solved: dict[str, int], dataset: str = "evalset-1") -> dict:
     """An evaluation where task i is resolved in `solved[i]` of RUNS runs; returns its report."""
     tasks = [TaskInstance(f"t{i:02d}", "org/proj", "c", "p", "", "", [], [],
                           meta={"project": "even" if i % 2 == 0 else "odd"}) for i in range(N_TASKS)]
@@ -62,7 +62,7 @@ def plant_eval(ctx: RunContext, label: str, policy: str, solved: dict[str, int])
                               exit_reason="submitted", meta={"grade": {"tests_status": {}}})
             sink.put(traj)
             trajs.append(traj)
-    report = {"label": label, "policy": policy, "run_id": ctx.run_id, "dataset_hash": "evalset-1",
+    report = {"label": label, "policy": policy, "run_id": ctx.run_id, "dataset_hash": dataset,
               **summarize(trajs, tasks, RUNS, [1, 2]).to_dict()}
     ctx.store.put_json(ctx.key("eval", label, "report.json"), report)
     return report
@@ -167,6 +167,30 @@ def test_register_promote_and_record_every_decision(run_env, tmp_path, caplog):
     v_dapo2 = reg.register_version(t, "dapo-s1-1", plant_eval(ctx, "dapo", "dapo-s1-1", strong))
     assert int(v_dapo2) > int(v_dapo)
     assert reader(run_env).get_model_version(MODEL, v_dapo2).tags["swerl.policy"] == "dapo-s1-1"
+
+
+def test_a_champion_from_another_eval_set_is_compared_on_its_new_evaluation(run_env, tmp_path):
+    t = tracked(run_env)
+    ctx = t.ctx
+    weak = {f"t{i:02d}": 1 for i in range(0, N_TASKS, 3)}
+    strong = {f"t{i:02d}": 3 for i in range(N_TASKS)}
+    plant_checkpoint(ctx, "rft-0", tmp_path)
+    plant_checkpoint(ctx, "dapo-s1-0", tmp_path)
+    v_old = reg.register_version(t, "rft-0", plant_eval(ctx, "rft", "rft-0", strong, dataset="evalset-1"))
+    assert reg.promote_version(t, v_old).promote
+    v_new = reg.register_version(t, "dapo-s1-0", plant_eval(ctx, "dapo", "dapo-s1-0", strong, dataset="evalset-2"))
+    assert reg.stale_champion(t, v_new) == v_old
+    assert reg.stale_champion(t, v_old) is None  # the champion itself
+
+    wrong = plant_eval(ctx, "base", "base", weak, dataset="evalset-2")
+    with pytest.raises(ValueError, match=f"the champion is version {v_old}"):
+        reg.promote_version(t, v_new, champion_report=wrong)
+    again = plant_eval(ctx, reg.champion_label(v_old), f"models:/{MODEL}/{v_old}", weak, dataset="evalset-2")
+    d = reg.promote_version(t, v_new, champion_report=again)
+    assert d.promote and d.paired_tasks == N_TASKS and d.p_value < 0.05
+    assert f"champion v{v_old} re-evaluated on this eval set" in d.reason
+    assert str(reader(run_env).get_model_version_by_alias(MODEL, "champion").version) == v_new
+    assert reg.stale_champion(t, v_new) is None
 
 
 def test_champion_uri_loads_into_hf_backend_and_generates(run_env, tmp_path):
