@@ -95,19 +95,18 @@ def upgrade_leftover(sock_io: Any, raw: socket.socket) -> bytes:
     reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
     if reader is None or not hasattr(reader, "read1"):
         return b""
-    out = bytearray()
-    raw.setblocking(False)  # take what is buffered; never wait on the socket here
     try:
-        while chunk := reader.read1(READ_CHUNK):
-            out += chunk
-    except (BlockingIOError, OSError, ValueError):
-        pass
+        raw.setblocking(False)  # take what is buffered; never wait on the socket here
+        # one call: the buffer holds at most 8 KiB (< READ_CHUNK), and an empty buffer means one
+        # non-blocking read of the socket at most; what follows is read by `recv` in order
+        return reader.read1(READ_CHUNK) or b""
+    except (OSError, ValueError):  # would block (TLS), or the reader is closed: nothing buffered
+        return b""
     finally:
         try:
             raw.settimeout(None)
         except OSError:
             pass
-    return bytes(out)
 
 
 class DockerStreamTransport:

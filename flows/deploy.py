@@ -29,10 +29,12 @@ from swerl.config import SwerlConfig
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 PLACEHOLDER = re.compile(r"\{\{\s*\$(\w+)\s*\}\}")
-# Deployed flow runs heartbeat this often (prefect.yaml sets PREFECT_FLOWS_HEARTBEAT_FREQUENCY on
-# their pools); a run silent for MISSED_BEATS of them is marked Crashed by ZOMBIE_AUTOMATION.
-HEARTBEAT_S = 30
+# Deployed runs heartbeat as often as prefect.yaml's pools say (PREFECT_FLOWS_HEARTBEAT_FREQUENCY);
+# one of them silent for MISSED_BEATS beats is marked Crashed by ZOMBIE_AUTOMATION. Only runs with
+# the deployments' tag are watched: any other flow run heartbeats every 180 s (Prefect's default).
+HEARTBEAT_ENV = "PREFECT_FLOWS_HEARTBEAT_FREQUENCY"
 MISSED_BEATS = 3
+DEPLOYMENT_TAG = "swerl"
 ZOMBIE_AUTOMATION = "swerl: crash flow runs that stopped heartbeating"
 
 
@@ -89,8 +91,7 @@ def resolve_targets(cfg: SwerlConfig, api_url: str | None, stack_env: Path | Non
     if not url:
         raise DeployError("no Prefect API to deploy to: start the stack (`make up`), or pass "
                           "--api-url, or set PREFECT_API_URL or orchestration.prefect_api_url")
-    return {**targets, "PREFECT_API_URL": url.rstrip("/"), "SWERL_PRESET": cfg.preset,
-            "SWERL_HEARTBEAT_S": str(HEARTBEAT_S)}
+    return {**targets, "PREFECT_API_URL": url.rstrip("/"), "SWERL_PRESET": cfg.preset}
 
 
 def load_spec(prefect_file: Path) -> list[dict[str, Any]]:
@@ -131,7 +132,22 @@ def ensure_pools_and_limits(client: Any, pools: list[str], cfg: SwerlConfig) -> 
     client.create_concurrency_limit(tag="sandbox", concurrency_limit=cfg.orchestration.sandbox_limit)
 
 
-def zombie_automation() -> Any:
+def heartbeat_s(deployments: list[dict[str, Any]]) -> int:
+    """How often the deployments' runs heartbeat: prefect.yaml's pools set it, each must."""
+    beats, unset = [], []
+    for d in deployments:
+        env = ((d.get("work_pool") or {}).get("job_variables") or {}).get("env") or {}
+        if DEPLOYMENT_TAG not in (d.get("tags") or []) or not str(env.get(HEARTBEAT_ENV, "")).isdigit():
+            unset.append(d.get("name"))
+        else:
+            beats.append(int(env[HEARTBEAT_ENV]))
+    if unset or not beats:
+        raise DeployError(f"deployments {unset} lack the tag {DEPLOYMENT_TAG!r} or {HEARTBEAT_ENV} in their "
+                          "work_pool.job_variables.env: the zombie automation could not watch their runs")
+    return max(beats)
+
+
+def zombie_automation(heartbeat: int) -> Any:
     """Prefect's documented zombie detection, for deployed runs only (a local `swerl pipeline`
     takes its ephemeral server down with it). Why: a worker or machine that dies mid-run leaves
     its flow run Running for good, and nothing says it needs a resume; once its heartbeats stop,
@@ -143,30 +159,34 @@ def zombie_automation() -> Any:
     from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
     from prefect.events.schemas.events import ResourceSpecification
 
+    window = MISSED_BEATS * heartbeat
     return AutomationCore(
         name=ZOMBIE_AUTOMATION,
-        description=f"A flow run that sent no heartbeat for {MISSED_BEATS * HEARTBEAT_S} s (its process "
+        description=f"A flow run tagged {DEPLOYMENT_TAG!r} that sent no heartbeat for {window} s (its process "
                     "is gone) is marked Crashed. Made by `swerl deploy` (flows/deploy.py).",
         trigger=EventTrigger(
             after={"prefect.flow-run.heartbeat"},
-            expect={"prefect.flow-run.heartbeat", "prefect.flow-run.Completed", "prefect.flow-run.Failed",
-                    "prefect.flow-run.Cancelled", "prefect.flow-run.Crashed"},
+            expect={"prefect.flow-run.*"},  # another beat, or any state change (a final one ends the watch)
             match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            match_related=ResourceSpecification({"prefect.resource.role": "tag",
+                                                 "prefect.resource.id": f"prefect.tag.{DEPLOYMENT_TAG}"}),
             for_each={"prefect.resource.id"},
             posture=Posture.Proactive,
             threshold=1,
-            within=timedelta(seconds=MISSED_BEATS * HEARTBEAT_S),
+            within=timedelta(seconds=window),
         ),
         actions=[ChangeFlowRunState(state=StateType.CRASHED, message=(
-            f"no heartbeat for {MISSED_BEATS * HEARTBEAT_S} s: its process died; resume it with the same run_id"))],
+            f"no heartbeat for {window} s: its process died; resume it with the same run_id"))],
     )
 
 
-def ensure_zombie_automation(client: Any) -> None:
-    """Create or update ZOMBIE_AUTOMATION (an upsert by name, like everything `deploy` makes)."""
-    automation = zombie_automation()
+def ensure_zombie_automation(client: Any, heartbeat: int) -> None:
+    """Create or update ZOMBIE_AUTOMATION (an upsert by name, like everything `deploy` makes);
+    an operator's choice to disable it is kept."""
+    automation = zombie_automation(heartbeat)
     found = [a for a in client.read_automations_by_name(ZOMBIE_AUTOMATION) if a.name == ZOMBIE_AUTOMATION]
     if found:
+        automation.enabled = found[0].enabled
         client.update_automation(found[0].id, automation)
         for extra in found[1:]:  # two deploys racing each made one
             client.delete_automation(extra.id)
@@ -241,6 +261,7 @@ def deploy(cfg: SwerlConfig, api_url: str | None = None, *, stack_env: Path | No
     if missing:
         raise DeployError(f"{prefect_file.name} uses {', '.join(missing)}, which swerl deploy "
                           "does not set (flows/deploy.py: stack_targets/config_targets)")
+    heartbeat = heartbeat_s(deployments)
 
     url = targets["PREFECT_API_URL"]
     with temporary_settings({PREFECT_API_URL: url}), get_client(sync_client=True) as client:
@@ -249,6 +270,6 @@ def deploy(cfg: SwerlConfig, api_url: str | None = None, *, stack_env: Path | No
             raise DeployError(f"Prefect API {url} is not reachable ({type(err).__name__}: {err}); "
                               "is the stack up (`make up`)?") from err
         ensure_pools_and_limits(client, [targets["SWERL_CPU_POOL"], targets["SWERL_GPU_POOL"]], cfg)
-        ensure_zombie_automation(client)
+        ensure_zombie_automation(client, heartbeat)
         run_prefect_deploy(prefect_file, targets)
         return read_back(client, deployments)

@@ -136,7 +136,11 @@ def pipeline(preset: str = "smoke", overrides: list[str] = [], run_id: str | Non
     stale = reg.find_stale_champion.with_options(**_opts(ref))(ref, version) if cfg.eval.rebaseline_champion else None
     if stale is not None:  # the eval set changed since the champion was measured: measure it again
         model = f"models:/{cfg.tracking.registered_model}/{stale}"
-        champion_report = st.evaluate.with_options(**_opts(ref))(ref, reg.champion_label(stale), model, eval_tasks)
+        try:
+            champion_report = st.evaluate.with_options(**_opts(ref))(ref, reg.champion_label(stale), model, eval_tasks)
+        except Exception as e:  # e.g. its checkpoint was deleted: no comparison, but the run's work stands
+            logger.warning("champion v%s could not be evaluated again (%s: %s); it stays not comparable",
+                           stale, type(e).__name__, e)
     decision = reg.promote.with_options(**_opts(ref))(ref, version, champion_report=champion_report)
     summary = reg.final_report.with_options(**_opts(ref))(ref, reports)
     t.finish("FINISHED")

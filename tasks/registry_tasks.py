@@ -114,12 +114,21 @@ def register_version(t: Tracked, policy: str, report: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- promote
 def stale_champion(t: Tracked, version: str) -> str | None:
     """The champion version, when its registered evaluation is on another eval set than
-    `version`'s (curation refreshed the set since): the paired test needs it evaluated again."""
-    champion = t.tracker.get_version_by_alias(t.ctx.cfg.tracking.registered_model, CHAMPION)
+    `version`'s (curation refreshed the set since): the paired test needs it evaluated again.
+    Only a champion of this preset: another preset's may be another model family, which this
+    run's inference backend cannot load."""
+    name = t.ctx.cfg.tracking.registered_model
+    champion = t.tracker.get_version_by_alias(name, CHAMPION)
     if champion is None or champion == str(version):
         return None
-    same = report_of_version(t, champion).get("dataset_hash") == report_of_version(t, str(version)).get("dataset_hash")
-    return None if same else champion
+    if report_of_version(t, champion).get("dataset_hash") == report_of_version(t, str(version)).get("dataset_hash"):
+        return None
+    preset = t.tracker.get_version_tags(name, champion).get("swerl.preset")
+    if preset != t.ctx.cfg.preset:
+        log.info("registry: champion v%s is of preset %s, not %s: not evaluated again", champion, preset,
+                 t.ctx.cfg.preset)
+        return None
+    return champion
 
 
 def champion_label(version: str) -> str:
@@ -144,15 +153,15 @@ def promote_version(t: Tracked, version: str, manual: bool = False, note: str = 
         decision = Decision(False, "already the champion", manual=manual)
         _log_decision(t, mv, decision, champion, champion, retag=False)
         return decision
+    if champion_report is not None and champion_report.get("label") != champion_label(champion or ""):
+        raise ValueError(f"the champion is version {champion}, but the report given for it is "
+                         f"{champion_report.get('label')!r} ({champion_report.get('policy')})")
     t.tracker.set_alias(name, CHALLENGER, version)
     challenger_report = report_of_version(t, version)
     if champion is None:
         champion_report = None
     elif champion_report is None:
         champion_report = report_of_version(t, champion)
-    elif champion_report.get("label") != champion_label(champion):
-        raise ValueError(f"the champion is version {champion}, but the report given for it is "
-                         f"{champion_report.get('label')!r} ({champion_report.get('policy')})")
     else:
         note = "; ".join(filter(None, [f"champion v{champion} re-evaluated on this eval set "
                                        f"({champion_report['label']} of run {champion_report.get('run_id')})", note]))

@@ -181,6 +181,9 @@ def test_a_champion_from_another_eval_set_is_compared_on_its_new_evaluation(run_
     v_new = reg.register_version(t, "dapo-s1-0", plant_eval(ctx, "dapo", "dapo-s1-0", strong, dataset="evalset-2"))
     assert reg.stale_champion(t, v_new) == v_old
     assert reg.stale_champion(t, v_old) is None  # the champion itself
+    t.tracker.set_version_tags(MODEL, v_old, {"swerl.preset": "gpu-7b"})  # maybe a model we cannot load
+    assert reg.stale_champion(t, v_new) is None
+    t.tracker.set_version_tags(MODEL, v_old, {"swerl.preset": ctx.cfg.preset})
 
     wrong = plant_eval(ctx, "base", "base", weak, dataset="evalset-2")
     with pytest.raises(ValueError, match=f"the champion is version {v_old}"):

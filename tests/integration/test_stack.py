@@ -236,10 +236,11 @@ def test_deploy_creates_pools_limits_and_scheduled_deployments(stack: Stack) -> 
         assert f"tracking.uri={stack.url('SWERL_MLFLOW_PORT')}" in pipeline.parameters["overrides"]
         assert set(pipeline.parameter_openapi_schema["properties"]) >= {"preset", "overrides", "run_id"}
         assert deployments["dapo"].work_pool_name == gpu_pool
-        from flows.deploy import HEARTBEAT_S, ZOMBIE_AUTOMATION
+        from flows.deploy import DEPLOYMENT_TAG, ZOMBIE_AUTOMATION
 
         for d in deployments.values():  # what the zombie automation watches for
-            assert d.job_variables["env"]["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == str(HEARTBEAT_S), d.name
+            assert d.job_variables["env"]["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "30", d.name
+            assert DEPLOYMENT_TAG in d.tags, d.name
         zombie = [a for a in client.read_automations_by_name(ZOMBIE_AUTOMATION) if a.name == ZOMBIE_AUTOMATION]
         assert len(zombie) == 1 and zombie[0].enabled, "deploying twice keeps one zombie automation"
 
@@ -514,11 +515,11 @@ def test_sigkilled_worker_resumes_in_dapo(stack: Stack, reference_run: PipelineR
         mlflow_ids = json.loads(s3.cat(f"{prefix}/mlflow_runs.json"))
         at_kill = {t.name: t.state.name for t in dapo_runs()}
         # The orphan's heartbeats stopped with it: `swerl deploy`'s automation marks it Crashed.
-        from flows.deploy import HEARTBEAT_S, MISSED_BEATS
+        from flows.deploy import MISSED_BEATS, heartbeat_s, load_spec
 
-        assert not client.read_flow_run(orphan.id).state.is_final()
+        beat = heartbeat_s(load_spec(ROOT / "prefect.yaml"))
         _wait_for("the automation to mark the orphan Crashed", lambda: client.read_flow_run(orphan.id).state.is_crashed(),
-                  timeout=(MISSED_BEATS + 3) * HEARTBEAT_S + 60, interval=5)
+                  timeout=(MISSED_BEATS + 3) * beat + 60, interval=5)
         t_crashed = time.time()
         orphan_state = client.read_flow_run(orphan.id).state
         print(f"killed `{procs[pid]}` (pid {pid}, owner {owner}) {t_kill - t0:.0f}s after the trigger, "

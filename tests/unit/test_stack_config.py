@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows.deploy import DeployError, load_spec, missing_variables, resolve_targets
+from flows.deploy import DeployError, heartbeat_s, load_spec, missing_variables, resolve_targets
 from swerl.config import load_config
 
 pytestmark = pytest.mark.unit
@@ -58,11 +58,21 @@ def test_prefect_yaml_deploys_every_flow() -> None:
     }
     for d in spec:
         assert d["work_pool"]["name"] and set(d["parameters"]) == {"preset", "overrides"}, d["name"]
-        # every deployed run heartbeats, or the zombie automation could not tell it died
-        env = d["work_pool"]["job_variables"]["env"]
-        assert env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "{{ $SWERL_HEARTBEAT_S }}", d["name"]
     scheduled = {d["name"]: [s["cron"] for s in d["schedules"]] for d in spec if d.get("schedules")}
     assert set(scheduled) == {"evaluate", "curate"}
+
+
+def test_every_deployed_run_heartbeats_for_the_zombie_automation() -> None:
+    """A run the automation cannot see die would stay Running for good; one it watches but that
+    beats every 180 s (Prefect's default) would be crashed while healthy: both are deploy errors."""
+    spec = load_spec(ROOT / "prefect.yaml")
+    assert heartbeat_s(spec) == 30
+    silent = [dict(d, work_pool={"name": d["work_pool"]["name"]}) if d["name"] == "dapo" else d for d in spec]
+    with pytest.raises(DeployError, match="dapo"):
+        heartbeat_s(silent)
+    untagged = [dict(d, tags=[]) if d["name"] == "curate" else d for d in spec]
+    with pytest.raises(DeployError, match="curate"):
+        heartbeat_s(untagged)
 
 
 def test_stack_env_fills_every_placeholder(tmp_path: Path) -> None:
