@@ -145,7 +145,8 @@ def _stored_bytes(store: Store, name: str, digest: str) -> tuple[bytes, dict[str
     """The dataset's tasks.jsonl, checked against its hash, and its manifest."""
     manifest = _manifest(store, name, digest)
     data = store.get_bytes(f"{_prefix(name, digest)}/tasks.jsonl")
-    if content_hash(data) != manifest.get("sha256") or content_hash(data)[:HASH_LEN] != digest:
+    sha = content_hash(data)
+    if sha != manifest.get("sha256") or sha[:HASH_LEN] != digest:
         raise DatasetError(f"dataset {name}@{digest}: tasks.jsonl does not match its hash")
     return data, manifest
 
