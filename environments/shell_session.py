@@ -49,6 +49,18 @@ CHANNEL_FD = 7
 READ_CHUNK = 1 << 16
 INTERRUPT_GRACE_S = 3.0  # after the kill, how long the marker may take before the shell is "lost"
 START_TIMEOUT_S = 30.0
+# After a timeout: wait (boundedly) until the shell has reaped the children the kill left as
+# zombies, so that their "Killed" notices are printed now. A subshell, so the agent's variables
+# and positional parameters are untouched; $$ in it is still the shell's pid. Builtins only.
+SETTLE_CMD = r"""(for _ in {1..200}; do
+  z=
+  for d in /proc/[0-9]*; do
+    read -r st < "$d/stat" 2>/dev/null || continue
+    st=${st##*) }; set -- $st
+    [ "$1" = Z ] && [ "$2" = $$ ] && { z=1; break; }
+  done
+  [ -z "$z" ] && break
+done)"""
 FILE_CAP_BYTES = 256 << 20  # read_file / diff refuse bigger results instead of truncating them
 GRADING_CAP_BYTES = 32 << 20  # run(): test logs must stay parseable, so a much larger cap
 
@@ -240,8 +252,25 @@ class ShellSession:
     def execute(self, cmd: str, timeout: float, cap_bytes: int) -> Outcome:
         self.in_flight = True  # stays set if KeyboardInterrupt & co. cut this call short
         out = self._execute(cmd, timeout, cap_bytes)
+        if out.timed_out and not out.lost:
+            out = self._settle(out, cap_bytes)
         self.in_flight = False
         return out
+
+    def _settle(self, out: Outcome, cap_bytes: int) -> Outcome:
+        """Take bash's notices of the jobs a timeout killed into that command's own output.
+
+        Why: bash reports a job killed by a signal ("bash: line 7: 17 Killed  sleep 100") when
+        it next gets round to it, and a job that died after the timed-out command's marker is
+        reported at the start of the following command: the agent's next, unrelated action. An
+        empty command run right after the interrupt (every kill is done by then) takes them.
+        """
+        after = self._execute(SETTLE_CMD, INTERRUPT_GRACE_S, cap_bytes)
+        cap = OutputCap(cap_bytes)
+        cap.add(out.output)
+        cap.add(after.output)
+        return Outcome(cap.value(), out.exit_code, True, out.truncated_bytes + cap.cut, after.lost,
+                       out.cwd, out.duration_s + after.duration_s)
 
     def _execute(self, cmd: str, timeout: float, cap_bytes: int) -> Outcome:
         t0 = time.monotonic()

@@ -264,3 +264,52 @@ def test_background_output_does_not_corrupt_file_reads(sb):
     for _ in range(5):
         assert sb.read_file("exact.txt") == "exact content\n"
     assert "noise" in sb.exec("sleep 0.1").output  # the agent still sees its job's output
+
+
+def _session_members(sid: int) -> list[tuple[int, str]]:
+    """(pid, cmdline) of the live processes of session `sid`, the shell itself left out."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == sid:
+            continue
+        try:
+            state, _, _, session = (d / "stat").read_text().rsplit(")", 1)[1].split()[:4]
+            cmdline = (d / "cmdline").read_text()
+        except OSError:
+            continue
+        if int(session) == sid and state != "Z":
+            found.append((int(d.name), cmdline))
+    return found
+
+
+def test_a_job_the_timeout_killed_is_reported_in_that_commands_output_not_the_next():
+    """CI saw `bash: line 8: 17 Killed sleep 100` open the output of the command after a
+    timeout: bash reports a killed job when it next gets round to it, and the background job
+    here dies after the timed-out command's marker (the kill takes the foreground first)."""
+    import os
+    import signal
+
+    from environments.shell_session import PipeTransport, ShellSession
+
+    proc = subprocess.Popen(["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def interrupt(pid: int) -> None:
+        for member, _ in sorted(_session_members(pid), key=lambda m: "30" not in m[1]):
+            os.kill(member, signal.SIGKILL)
+            time.sleep(0.3)  # bash prints the marker for the foreground before the next dies
+
+    assert proc.stdin is not None and proc.stdout is not None
+    session = ShellSession(PipeTransport(os.dup(proc.stdin.fileno()), os.dup(proc.stdout.fileno())),
+                           interrupt)
+    try:
+        session.start("/tmp")
+        session.execute("export KEEP=1; sleep 100 & echo started", 5, 1000)
+        out = session.execute("sleep 30", 1, 1000)
+        assert out.timed_out and not out.lost
+        assert b"Killed" in out.output and b"sleep 100" in out.output and b"sleep 30" in out.output
+        assert session.execute("echo $KEEP $#", 5, 1000).output == b"1 0\n"
+    finally:
+        proc.kill()
+        proc.wait()
+        session.close()
