@@ -122,7 +122,8 @@ class RolloutConfig(Strict):
     backend: Literal["hf", "openai", "vllm"] = "hf"
     model: str = "default"  # "default" = the cached SmolLM2-135M-Instruct
     server_url: str | None = None  # for backend=openai
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    # "auto": bfloat16 where the device has bf16 units, else float32 (training/precision.py)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
     infer_threads: int | None = Field(None, ge=1)  # torch threads while generating; None = half the cores
     max_turns: int = Field(10, ge=1)
     max_context_tokens: int = Field(4096, ge=256)
@@ -148,7 +149,7 @@ class TrainerConfig(Strict):
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
     gradient_checkpointing: bool = True
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16"] = "float32"  # bf16 = autocast; auto as rollout.dtype
     accelerate_config: str | None = None  # infra/accelerate/*.yaml for multi-GPU
 
 

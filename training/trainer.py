@@ -30,6 +30,7 @@ from swerl.config import TrainConfig
 from training.batching import MicroBatch, micro_batches, split_rows
 from training.checkpoint import save_checkpoint
 from training.logprobs import PACKABLE_ATTENTION, token_logprobs
+from training.precision import resolve_dtype
 from training.trajectory import TrainingSample
 
 # loss_fn(logprobs [b, L-1], batch) -> (per-token loss [b, L-1], zero off the loss mask;
@@ -131,7 +132,7 @@ class Trainer:
 
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16,
-                              enabled=self.cfg.dtype == "bfloat16")
+                              enabled=resolve_dtype(self.cfg.dtype, self.device.type) == "bfloat16")
 
     @property
     def packs(self) -> bool:

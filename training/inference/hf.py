@@ -24,6 +24,7 @@ from environments.actions import closes_block
 from training.inference.base import (Completion, SamplingParams, policy_version_of, row_seeds,
                                      stop_ids_for)
 from training.inference.sampling import processed_logprobs, sample_rows
+from training.precision import resolve_dtype
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -75,13 +76,14 @@ class HFBackend:
 
     def __init__(self, model: str = "default", dtype: str = "float32", seed: int = 0,
                  max_batch_size: int = 16, device: str = "cpu", threads: int | None = None):
-        self.dtype, self.device = dtype, torch.device(device)
+        self.device = torch.device(device)
+        self.dtype = resolve_dtype(dtype, self.device.type)
         self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
         self.max_batch_size = max_batch_size
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._lock = threading.Lock()
         path = resolve_model(model)
-        self.model, self.tokenizer = load_hf_model(path, dtype)
+        self.model, self.tokenizer = load_hf_model(path, self.dtype)
         self.model.to(self.device)
         self.policy_version = policy_version_of(path)
         self._setup()

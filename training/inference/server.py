@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="default", help="'default', a local HF dir, or a hub id")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--dtype", default="float32", choices=["auto", "float32", "bfloat16", "float16"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads while decoding (default: half the cores)")

@@ -13,6 +13,7 @@ from typing import Any
 from swerl.model_cache import resolve_model
 from training.inference.base import (Completion, SamplingParams, check_completion, cut_at_block,
                                      policy_version_of, row_seeds, stop_ids_for)
+from training.precision import resolve_dtype
 
 GPU_EXTRA_HINT = ("backend=vllm needs vLLM, which runs on GPU workers only: install the `gpu` "
                   "extra (pip install 'swerl[gpu]'), or use rollout.backend=hf / openai")
@@ -40,7 +41,7 @@ class VLLMBackend:
     def __init__(self, model: str = "default", dtype: str = "bfloat16", seed: int = 0,
                  **engine_kwargs: Any):
         self._vllm = import_vllm()
-        self.dtype, self.seed, self.engine_kwargs = dtype, seed, engine_kwargs
+        self.dtype, self.seed, self.engine_kwargs = resolve_dtype(dtype, "cuda"), seed, engine_kwargs
         self.llm: Any = None
         self._start(resolve_model(model))
 
