@@ -51,6 +51,7 @@ APPLY_FAILED = ">>>>> swerl: patch apply failed"
 TEST_APPLY_FAILED = ">>>>> swerl: test patch apply failed"
 TEST_EXIT = ">>>>> swerl: test exit code "
 LOG_FOLLOWS = ">>>>> swerl: test log follows"
+EMPTY_PATCH_LOG = ">>>>> swerl: empty patch: unresolved, no tests run"
 SWEBENCH_FAILURES = (APPLY_PATCH_FAIL, RESET_FAILED, TESTS_ERROR, TESTS_TIMEOUT)
 # Root files that can configure pytest (`addopts = -p some_module` loads a plugin) and conftest.py
 # files can flip outcomes; they are restored too. A fix never needs them to pass its tests.
@@ -231,6 +232,21 @@ def grade(task: TaskInstance, patch: str | None, env_cfg: EnvironmentConfig,
     return result
 
 
+def grade_prediction(task: TaskInstance, patch: str | None, env_cfg: EnvironmentConfig,
+                     image: str | None = None) -> GradeResult:
+    """Grade an agent's patch or a prediction: an empty one is unresolved without a container.
+
+    Why: an empty patch leaves the task's bug in place, and validation (`grade(task, "")`, which
+    does run the tests) is what shows that its FAIL_TO_PASS tests then fail; SWE-bench's harness
+    does not run empty patches either. A weak policy ends most episodes with no change (68 of the
+    first 88 base-model episodes of cpu-demo's evaluation), and each cost a fresh container and a
+    test run, seconds of a 2-core machine, for a verdict known in advance.
+    """
+    if (patch or "").strip():
+        return grade(task, patch, env_cfg, image)
+    return GradeResult(task.instance_id, "unresolved", False, False, log=EMPTY_PATCH_LOG)
+
+
 # ---------------------------------------------------------------- many predictions
 
 
@@ -265,7 +281,7 @@ def grade_many(
     def one(p: dict[str, Any]) -> GradeResult:
         task = tasks_by_id[p["instance_id"]]
         try:
-            return grade(task, p.get("model_patch") or "", env_cfg, (images or {}).get(task.instance_id))
+            return grade_prediction(task, p.get("model_patch"), env_cfg, (images or {}).get(task.instance_id))
         except Exception as e:  # one bad instance must not lose the others' verdicts
             return GradeResult(task.instance_id, "error", False, False, error_reason=f"{type(e).__name__}: {e}")
 

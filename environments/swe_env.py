@@ -127,12 +127,12 @@ class SWEEnv:
 
     def grade(self, patch: str | None = None) -> GradeResult:
         """Grade `patch` (default: the submitted one, else the current diff) in a fresh container."""
-        from environments.grading import grade  # imported here: grading pulls in heavier deps
+        from environments.grading import grade_prediction  # here: grading pulls in heavier deps
 
         if patch is None:
             patch = self.patch if self.patch is not None else self.diff()
-        key = verdict_key(self.task, patch, f"{grade.__module__}.{grade.__qualname__}")
-        return _VERDICTS.get_or_grade(key, lambda: grade(self.task, patch, self.env_cfg))
+        key = verdict_key(self.task, patch, f"{grade_prediction.__module__}.{grade_prediction.__qualname__}")
+        return _VERDICTS.get_or_grade(key, lambda: grade_prediction(self.task, patch, self.env_cfg))
 
     def close(self) -> None:
         if self.sandbox is not None:

@@ -7,6 +7,7 @@ from environments.grading import (
     run_report, verdict,
 )
 from environments.records import GradeResult, TaskInstance
+from swerl.config import EnvironmentConfig
 
 pytestmark = pytest.mark.unit
 
@@ -134,3 +135,21 @@ def test_run_report_in_swebench_shape():
     assert (rep["total_instances"], rep["submitted_instances"], rep["completed_instances"]) == (4, 3, 2)
     assert rep["model_name_or_path"] == "m" and "log" not in rep["instances"]["a"]
     assert rep["instances"]["c"]["error_reason"] == "sandbox: gone"
+
+
+def test_an_empty_patch_is_unresolved_without_a_container(monkeypatch):
+    """SWE-bench does not run empty patches; validation's `grade(task, "")` still does."""
+    import environments.grading as grading
+
+    ran: list[str] = []
+    monkeypatch.setattr(grading, "open_sandbox", lambda *a, **k: ran.append("sandbox") or 1 / 0)
+    t = TaskInstance(instance_id="i", repo="r", base_commit="c", problem_statement="p", patch="P",
+                     test_patch="", FAIL_TO_PASS=["t::a"], PASS_TO_PASS=[], image="img")
+    for patch in ("", "  \n", None):
+        v = grading.grade_prediction(t, patch, EnvironmentConfig())
+        assert (v.status, v.resolved, v.patch_applied) == ("unresolved", False, False)
+        assert v.log == grading.EMPTY_PATCH_LOG and not v.error_reason
+    assert ran == []
+    with pytest.raises(ZeroDivisionError):  # a real patch goes to a sandbox
+        grading.grade_prediction(t, "diff --git a/x b/x\n", EnvironmentConfig())
+    assert ran == ["sandbox"]

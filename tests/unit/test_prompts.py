@@ -140,7 +140,7 @@ def test_a_patch_is_graded_once_and_errors_are_graded_again(tmp_path, monkeypatc
         return GradeResult(t.instance_id, status, status == "resolved", True,
                            tests_status={"FAIL_TO_PASS": {"success": [], "failure": ["t::a"]}})
 
-    monkeypatch.setitem(sys.modules, "environments.grading", types.SimpleNamespace(grade=fake_grade))
+    monkeypatch.setitem(sys.modules, "environments.grading", types.SimpleNamespace(grade_prediction=fake_grade))
     monkeypatch.setattr("environments.swe_env._VERDICTS", VerdictCache())
     env = env_for(tmp_path, task(), {"pkg/util.py": UTIL})
     env.reset()

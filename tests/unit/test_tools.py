@@ -317,7 +317,7 @@ def test_submit_ends_the_episode_with_the_diff(env, monkeypatch):
         seen.update(task=task, patch=patch)
         return GradeResult(task.instance_id, "resolved", True, True)
 
-    monkeypatch.setitem(sys.modules, "environments.grading", types.SimpleNamespace(grade=fake_grade))
+    monkeypatch.setitem(sys.modules, "environments.grading", types.SimpleNamespace(grade_prediction=fake_grade))
     assert env.grade().resolved and seen == {"task": TASK, "patch": env.patch}
     sb = env.sandbox
     env.close()
@@ -375,7 +375,7 @@ def test_env_shell_runs_typed_actions_and_grades_on_submit(tmp_path, monkeypatch
     from environments import env_shell
 
     monkeypatch.setitem(sys.modules, "environments.grading", types.SimpleNamespace(
-        grade=lambda task, patch, cfg: GradeResult(task.instance_id, "resolved", True, True,
+        grade_prediction=lambda task, patch, cfg: GradeResult(task.instance_id, "resolved", True, True,
                                                    tests_status={"FAIL_TO_PASS": {"success": ["t"], "failure": []}})))
     typed = "open calc.py\n```\nedit 5:5\n    return a + b\nend_of_edit\n```\nno fence here?\n\nsubmit\n"
     out = io.StringIO()
