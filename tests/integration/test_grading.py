@@ -12,7 +12,7 @@ import pytest
 
 from environments import images as images_mod
 from environments.fixtures import load_fixture_tasks
-from environments.grading import grade, grade_many
+from environments.grading import EMPTY_PATCH_LOG, grade, grade_many
 from environments.images import EnvSpec, ensure_images, fetch_sdist, unpack_sdist
 from environments.log_parsers import parse_log
 from environments.sandbox import open_sandbox, session_id
@@ -90,12 +90,18 @@ def test_gold_patches_resolve_every_fixture(tasks):
 
 
 def test_empty_patches_resolve_nothing_and_are_not_errors(tasks):
+    """A prediction's empty patch is unresolved with no test run (SWE-bench's rule); validation's
+    direct `grade(task, "")` still runs the tests, and they fail as a valid task's must."""
     report = grade_many(tasks, predictions(tasks, lambda t: ""), ENV, workers=2)
     assert report["error_ids"] == []
     assert report["unresolved_ids"] == sorted(tasks) and report["empty_patch_ids"] == sorted(tasks)
-    for i, t in tasks.items():
-        assert report["instances"][i]["tests_status"]["FAIL_TO_PASS"]["success"] == []
-        assert report["instances"][i]["tests_status"]["PASS_TO_PASS"]["failure"] == []
+    for i in tasks:
+        assert report["instances"][i]["tests_status"] == {} and not report["instances"][i]["patch_applied"]
+    task = next(iter(tasks.values()))
+    ran = grade(task, "", ENV)
+    assert ran.status == "unresolved" and ran.log != EMPTY_PATCH_LOG
+    assert ran.tests_status["FAIL_TO_PASS"]["success"] == []
+    assert ran.tests_status["PASS_TO_PASS"]["failure"] == []
 
 
 def test_patch_that_does_not_apply_is_an_error_with_its_reason(tasks):
