@@ -520,6 +520,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    # the ephemeral API's first start on a fresh machine migrates its database: on a 2-core AVX2
+    # machine that ran past Prefect's default 20 s and `make demo` died before the flow began
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
