@@ -520,8 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    # the ephemeral API's first start on a fresh machine migrates its database: on a 2-core AVX2
-    # machine that ran past Prefect's default 20 s and `make demo` died before the flow began
+    # the ephemeral API's first start after `make setup` compiles its modules and migrates a new
+    # database: on a 2-core AVX2 machine that ran past Prefect's 20 s and `make demo` died at once
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     args = build_parser().parse_args(argv)
     try:
