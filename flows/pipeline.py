@@ -127,9 +127,12 @@ def pipeline(preset: str = "smoke", overrides: list[str] = [], run_id: str | Non
     if cfg.dapo.enabled:
         checkpoints: list[str] = []
         policy = _dapo_stages(ref, pool, policy, None, checkpoints)
+        # the final policy first: a run cut short during the curve's evaluations still has the
+        # number it was run for (and a resume finds it in the store)
+        final = st.evaluate.with_options(**_opts(ref))(ref, "dapo", policy, eval_tasks)
         for name in checkpoints[:-1] if cfg.eval.each_dapo_checkpoint else []:
             reports[name] = st.evaluate.with_options(**_opts(ref))(ref, name, name, eval_tasks)
-        reports["dapo"] = st.evaluate.with_options(**_opts(ref))(ref, "dapo", policy, eval_tasks)
+        reports["dapo"] = final  # last: the report's table and the registered version read it there
     create_table_artifact(_eval_table(reports), key="swerl-eval", description=f"evaluations of run {ref.run_id}")
     version = reg.register.with_options(**_opts(ref))(ref, policy, reports[list(reports)[-1]])
     champion_report = None
