@@ -524,6 +524,11 @@ def main(argv: list[str] | None = None) -> int:
     # database: on a 2-core AVX2 machine that ran past Prefect's 20 s and `make demo` died at once
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     args = build_parser().parse_args(argv)
+    # ours before Prefect's: a flow run's SIGTERM handler crashes the run, then re-sends SIGTERM
+    # to the handler it found; with Python's default there, the process died with its sandboxes up
+    from environments.sandbox import install_exit_handlers
+
+    install_exit_handlers()
     try:
         return int(args.func(args) or 0)
     except ConfigError as e:

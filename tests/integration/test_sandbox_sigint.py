@@ -125,3 +125,37 @@ def test_sigkill_leftovers_are_found_by_cleanup_leaked(image, repo):
     removed = cleanup_leaked()
     assert not any(exists(c) for c in info["cids"])
     assert not Path(info["scratch"]).exists() and info["scratch"] in removed
+
+
+def test_sigterm_to_a_running_flow_removes_its_sandboxes(tmp_path):
+    """`kill PID` of `swerl evaluate` (a Prefect flow) mid-rollout. Prefect's own SIGTERM handler
+    crashes the flow run and then re-sends SIGTERM to whatever handler was there before it; the CLI
+    installs ours first, so the process unwinds and removes its sandboxes instead of dying at once."""
+    from environments.docker_sandbox import api
+    from environments.sandbox import _proc_start_ticks
+
+    if not docker_available():
+        pytest.skip("no Docker daemon")
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "evaluate", "--preset", "smoke"], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        owner = f"{os.uname().nodename}:{proc.pid}:"
+        deadline = time.monotonic() + 900
+        ours: list[str] = []
+        while not ours and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            ours = [c["Id"] for c in api().containers(all=True, filters={"label": "swerl.owner"})
+                    if c["Labels"]["swerl.owner"] == owner + _proc_start_ticks(proc.pid)]
+        assert ours, f"the flow opened no sandbox (rc={proc.poll()}):\n{proc.stdout.read()[-4000:] if proc.poll() is not None else ''}"
+        time.sleep(2)  # inside the rollout: episodes started, the flow and task runs are Running
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "termination signal" in out, out[-4000:]  # Prefect saw it and crashed the flow run
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, out[-4000:])
+    left = [c["Id"] for c in api().containers(all=True, filters={"label": "swerl.owner"})
+            if c["Labels"]["swerl.owner"].startswith(owner)]
+    assert left == [], f"{len(left)} sandboxes outlived the SIGTERMed flow:\n{out[-3000:]}"
