@@ -22,12 +22,12 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 # In the full suite (twice on 2026-12-02) the SIGINT child did not exit within 60 s, while the
-# test passes alone; cause not found yet. The child sets Python's own Ctrl-C handler (a parent
-# that ignores SIGINT would pass the ignore on through exec) and reports what it inherited, and
+# test passes alone; cause not found yet. The child sets Python's own Ctrl-C handler and unblocks
+# SIGINT (a parent's ignore and signal mask pass on through exec) and reports what it inherited, and
 # a timeout now shows the child's stderr, so the next failure says more.
 CHILD = """
 import json, signal, sys
-inherited = repr(signal.getsignal(signal.SIGINT))
+inherited = f"{signal.getsignal(signal.SIGINT)!r}, blocked {sorted(signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]))}"
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from environments.sandbox import open_sandbox, session_id
 from swerl.config import EnvironmentConfig
