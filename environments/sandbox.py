@@ -104,9 +104,10 @@ def _proc_start_ticks(pid: int) -> str:
         return ""
 
 
-def owner_label() -> str:
-    """`host:pid:start` of this process, stamped on what a sandbox leaves on the machine."""
-    pid = os.getpid()
+def owner_label(pid: int | None = None) -> str:
+    """`host:pid:start` of a process (default: this one), stamped on what a sandbox leaves on
+    the machine."""
+    pid = pid or os.getpid()
     return f"{socket.gethostname()}:{pid}:{_proc_start_ticks(pid)}"
 
 

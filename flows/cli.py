@@ -513,7 +513,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def set_process_defaults() -> None:
+    """Environment defaults for every swerl process (the user's environment wins); the tests
+    call it too, so they run as the CLI does."""
     import os
 
     # nothing leaves the machine: Prefect's ephemeral server would otherwise send telemetry
@@ -523,6 +525,10 @@ def main(argv: list[str] | None = None) -> int:
     # the ephemeral API's first start after `make setup` compiles its modules and migrates a new
     # database: on a 2-core AVX2 machine that ran past Prefect's 20 s and `make demo` died at once
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+
+def main(argv: list[str] | None = None) -> int:
+    set_process_defaults()
     args = build_parser().parse_args(argv)
     # ours before Prefect's: a flow run's SIGTERM handler crashes the run, then re-sends SIGTERM
     # to the handler it found; with Python's default there, the process died with its sandboxes up

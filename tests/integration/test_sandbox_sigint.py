@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,10 +25,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # Ctrl-C's disposition first: after the earlier integration modules the pytest process ignores
 # SIGINT (seen: the child inherited SIG_IGN through exec, slept on and the test timed out, twice
 # in the full suite, never alone). What is tested is our cleanup once Python raises
-# KeyboardInterrupt, so the child sets Python's handler, unblocks SIGINT and says what it inherited.
+# KeyboardInterrupt, so the child sets Python's handler and says what it inherited.
 CHILD = """
 import json, signal, sys
-inherited = f"{signal.getsignal(signal.SIGINT)!r}, blocked {sorted(signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]))}"
+inherited = repr(signal.getsignal(signal.SIGINT))
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from environments.sandbox import open_sandbox, session_id
 from swerl.config import EnvironmentConfig
@@ -78,7 +79,7 @@ def repo(tmp_path_factory) -> Path:
 
 def start_child(image: str, repo: Path, code: str = CHILD) -> tuple[subprocess.Popen, dict]:
     # stderr to a file, not a pipe: nobody drains a pipe here, and a child that fills it blocks
-    err = open(ROOT / ".pytest_cache" / f"sigint-child-{os.getpid()}.err", "w+")
+    err = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen([sys.executable, "-c", code, image, str(repo)], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.PIPE, stderr=err, text=True)
@@ -148,22 +149,23 @@ def test_sigterm_to_a_running_flow_removes_its_sandboxes(tmp_path):
     crashes the flow run and then re-sends SIGTERM to whatever handler was there before it; the CLI
     installs ours first, so the process unwinds and removes its sandboxes instead of dying at once."""
     from environments.docker_sandbox import api
-    from environments.sandbox import _proc_start_ticks
+    from environments.sandbox import owner_label
 
     if not docker_available():
         pytest.skip("no Docker daemon")
     proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "evaluate", "--preset", "smoke"], cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    owner = owner_label(proc.pid)  # what the child stamps on its sandboxes
+
+    def ours() -> list[dict]:
+        return api().containers(all=True, filters={"label": f"swerl.owner={owner}"})
+
     try:
-        owner = f"{os.uname().nodename}:{proc.pid}:"
         deadline = time.monotonic() + 900
-        ours: list[str] = []
-        while not ours and proc.poll() is None and time.monotonic() < deadline:
+        while not ours() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
-            ours = [c["Id"] for c in api().containers(all=True, filters={"label": "swerl.owner"})
-                    if c["Labels"]["swerl.owner"] == owner + _proc_start_ticks(proc.pid)]
-        assert ours, f"the flow opened no sandbox (rc={proc.poll()}):\n{proc.stdout.read()[-4000:] if proc.poll() is not None else ''}"
+        assert ours(), f"the flow opened no sandbox (rc={proc.poll()}):\n{proc.stdout.read()[-4000:] if proc.poll() is not None else ''}"
         time.sleep(2)  # inside the rollout: episodes started, the flow and task runs are Running
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=120)
@@ -172,6 +174,5 @@ def test_sigterm_to_a_running_flow_removes_its_sandboxes(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert "termination signal" in out, out[-4000:]  # Prefect saw it and crashed the flow run
     assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, out[-4000:])
-    left = [c["Id"] for c in api().containers(all=True, filters={"label": "swerl.owner"})
-            if c["Labels"]["swerl.owner"].startswith(owner)]
+    left = ours()
     assert left == [], f"{len(left)} sandboxes outlived the SIGTERMed flow:\n{out[-3000:]}"
