@@ -6,20 +6,24 @@ rows are sorted by length and cut greedily into micro-batches whose padded size
 (rows x longest row) stays under ``micro_batch_tokens``: neighbours in sorted order have similar
 lengths, so padding stays small.
 
-Samples that share their prompt share a row. A DAPO group's G samples begin with the same
-prompt (1,100 tokens in cpu-demo) and differ in their replies (~15 tokens): as separate rows,
-98% of the compute goes into G copies of that prompt. A packed row holds the prompt once, then
-each sample's continuation; a 4D attention mask lets a continuation see the prompt and itself
-only, and its position ids go on from where the prompt ends, so every logprob (and gradient)
-equals the unpacked one up to float rounding. It needs an attention that takes a custom mask
-(sdpa, eager); varlen kernels are not needed. A custom mask costs L x L memory and rules out
-fused causal kernels, so a row is packed only while it is short (PACK_MAX_ROW_TOKENS) and the
-sharing saves a quarter of its tokens or more; long agent trajectories behind a short prompt
-stay unpacked.
+Samples that share a prefix share a row. A DAPO group's G samples begin with the same prompt
+(1,100 tokens in cpu-demo) and differ in their replies (~15 tokens), and the prompts of different
+tasks begin with the same ~770 tokens of instructions and example: as separate rows, 98% of the
+compute goes into copies of the same tokens. A packed row holds the samples' prompts as a trie
+(a shared prefix once, then each branch), then each sample's continuation; a 4D attention mask
+lets a token see its own branch and the branches above it only, and position ids go on from
+where each branch starts, so every logprob (and gradient) equals the unpacked one up to float
+rounding. Only prompts are shared (tokens before a sample's first loss token): the columns of a
+shared token carry no loss, so it does not matter whose they are. It needs an attention that
+takes a custom mask (sdpa, eager); varlen kernels are not needed. A custom mask costs L x L
+memory and rules out fused causal kernels, so a row is packed only while it is short
+(PACK_MAX_ROW_TOKENS) and the sharing saves a quarter of its tokens or more; long agent
+trajectories behind a short prompt stay unpacked.
 """
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass, field
 
@@ -46,8 +50,10 @@ class MicroBatch:
     extras: dict[str, Tensor]  # per-token [b, L-1] tensors given per sample (old logprobs, ...)
     spans: list[list[Span]] = field(default_factory=list)  # where sample index[k]'s columns are
     position_ids: Tensor | None = None  # [b, L], packed batches only
-    # [b, L], packed batches only: 0 = the row's shared prompt, k = its k-th member, -1 = padding
+    # packed batches only: each token's node of its row's trie ([b, L], -1 = padding) and, per
+    # row, which nodes are ancestors-or-self of which ([b, N, N] bool: [n, m] = m above n)
     segments: Tensor | None = None
+    ancestors: Tensor | None = None
 
     @property
     def real_tokens(self) -> int:
@@ -65,7 +71,7 @@ class MicroBatch:
     def model_mask(self) -> Tensor:
         """What to pass the model as ``attention_mask``: for packed rows the [b, 1, L, L] mask,
         built here (on the batch's device) so only one micro-batch's mask exists at a time."""
-        return self.attention_mask if self.segments is None else prompt_or_own(self.segments)
+        return self.attention_mask if self.segments is None else tree_mask(self.segments, self.ancestors)
 
     def to(self, device: torch.device) -> MicroBatch:
         def move(t: Tensor | None) -> Tensor | None:
@@ -73,17 +79,29 @@ class MicroBatch:
         return MicroBatch(self.index, move(self.input_ids), move(self.attention_mask),
                           move(self.loss_mask), move(self.behaviour_logprobs), move(self.advantages),
                           {k: v.to(device) for k, v in self.extras.items()}, self.spans,
-                          move(self.position_ids), move(self.segments))
+                          move(self.position_ids), move(self.segments), move(self.ancestors))
 
 
 @dataclass
 class Row:
-    """Samples sharing tokens ``0 .. shared-1``: the row holds tokens ``0 .. shared-2`` once, then
-    each member from its token ``shared-1`` on. (The last shared token is repeated per member:
-    its logits predict each member's own first reply token.) A lone sample has ``shared=1``."""
+    """Samples that go in one row of a micro-batch; their shared prompt prefixes are laid out as
+    a trie (`row_layout`). A lone sample is a row of its own."""
 
     members: list[int]
-    shared: int = 1
+
+
+@dataclass
+class Node:
+    """A run of tokens ``start .. stop-1`` common to every sample below it (``sample``: any one
+    of them, whose ids and per-token values the run's columns take). A branch starts one token
+    before its samples part ways, repeating the token whose logits predict each branch's own
+    next token, so that every column of a row predicts the row's next token."""
+
+    sample: int
+    start: int
+    stop: int
+    parent: int  # index in the row's node list, -1 at the top
+    leaf: bool  # a sample's own tail: its last token's column predicts nothing
 
 
 def prompt_length(s: TrainingSample) -> int:
@@ -91,8 +109,41 @@ def prompt_length(s: TrainingSample) -> int:
     return next((t for t, m in enumerate(s.loss_mask) if m), len(s.loss_mask))
 
 
+def _common(seqs: list[list[int]], cap: int) -> int:
+    """Length of the common prefix of ``seqs``, at most ``cap``."""
+    return len(os.path.commonprefix([q[:cap] for q in seqs]))
+
+
+def row_layout(samples: list[TrainingSample], members: list[int]) -> list[Node]:
+    """The row's nodes in the order they are laid out (depth first: a node right before its
+    first child). Shared runs stop at the shortest prompt among the samples below them."""
+    nodes: list[Node] = []
+
+    def place(group: list[int], start: int, parent: int) -> None:
+        if len(group) == 1:
+            i = group[0]
+            nodes.append(Node(i, start, len(samples[i].input_ids), parent, True))
+            return
+        seqs = [samples[i].input_ids for i in group]
+        c = _common(seqs, min(prompt_length(samples[i]) for i in group))
+        if c - 1 > start:  # tokens start .. c-2 are stored once; the branches repeat c-1
+            nodes.append(Node(group[0], start, c - 1, parent, False))
+            parent, start = len(nodes) - 1, c - 1
+        branches: dict[int, list[int]] = {}
+        for i in group:
+            ids = samples[i].input_ids
+            # a sample whose prompt ends here shares no further: a branch of its own
+            key = ids[c] if prompt_length(samples[i]) > c and len(ids) > c else -1 - i
+            branches.setdefault(key, []).append(i)
+        for branch in branches.values():
+            place(branch, start, parent)
+
+    place(list(members), 0, -1)
+    return nodes
+
+
 def row_length(samples: list[TrainingSample], row: Row) -> int:
-    return row.shared - 1 + sum(len(samples[i].input_ids) - row.shared + 1 for i in row.members)
+    return sum(n.stop - n.start for n in row_layout(samples, row.members))
 
 
 def _worth_packing(samples: list[TrainingSample], row: Row) -> bool:
@@ -102,26 +153,22 @@ def _worth_packing(samples: list[TrainingSample], row: Row) -> bool:
 
 def pack_rows(samples: list[TrainingSample], index: list[int], micro_batch_tokens: int,
               pack: bool = True) -> list[Row]:
-    """One row per sample, or with ``pack`` one row per shared prompt (split at the budget or
-    PACK_MAX_ROW_TOKENS); a row whose sharing saves less than a quarter of its tokens is unpacked."""
+    """One row per sample, or with ``pack`` rows of samples in prompt order (so that shared
+    prefixes sit together), each cut at the budget or PACK_MAX_ROW_TOKENS; a row whose sharing
+    saves less than a quarter of its tokens is unpacked."""
     if not pack:
         return [Row([i]) for i in index]
     limit = min(micro_batch_tokens, PACK_MAX_ROW_TOKENS)
-    by_prompt: dict[tuple[int, ...], list[int]] = {}
-    for i in index:
-        p = prompt_length(samples[i])
-        key = tuple(samples[i].input_ids[:p]) if p >= 2 else (-1 - i,)  # (-1-i,): alone
-        by_prompt.setdefault(key, []).append(i)
+    order = sorted(index, key=lambda i: (samples[i].input_ids[:prompt_length(samples[i])], i))
     rows: list[Row] = []
-    for key, members in by_prompt.items():
-        row = Row([], len(key))
-        for i in members:
-            if row.members and row_length(samples, Row(row.members + [i], row.shared)) > limit:
-                rows.append(row)
-                row = Row([], len(key))
-            row.members.append(i)
-        rows.append(row)
-    return [packed for r in rows
+    row = Row([])
+    for i in order:
+        if row.members and row_length(samples, Row(row.members + [i])) > limit:
+            rows.append(row)
+            row = Row([])
+        row.members.append(i)
+    rows.append(row)
+    return [packed for r in rows if r.members
             for packed in ([r] if _worth_packing(samples, r) else [Row([i]) for i in r.members])]
 
 
@@ -141,58 +188,71 @@ def length_groups(lengths: list[int], micro_batch_tokens: int) -> list[list[int]
     return groups
 
 
-def prompt_or_own(seg: Tensor) -> Tensor:
-    """[b, 1, L, L] causal mask where a token sees the shared prompt (segment 0) and its own
-    segment. Padding (-1) sees the prompt and earlier padding, never nothing: a row with no
-    allowed key makes sdpa return NaN."""
-    width = seg.shape[1]
-    causal = torch.ones(width, width, dtype=torch.bool, device=seg.device).tril()
-    same = seg[:, :, None] == seg[:, None, :]
-    prompt = (seg == 0)[:, None, :]
-    return (causal & (same | prompt))[:, None]
+def tree_mask(nodes: Tensor, ancestors: Tensor) -> Tensor:
+    """[b, 1, L, L] mask: a token sees the earlier tokens of its own node and every token of the
+    nodes above it. Padding (-1) is a node of its own that sees only itself, never nothing: a
+    row with no allowed key makes sdpa return NaN."""
+    b, width = nodes.shape
+    n = ancestors.shape[-1]
+    anc = torch.zeros((b, n + 1, n + 1), dtype=torch.bool, device=nodes.device)
+    anc[:, :n, :n] = ancestors
+    anc[:, n, n] = True
+    idx = torch.where(nodes < 0, n, nodes)
+    rows = torch.arange(b, device=nodes.device)[:, None, None]
+    allowed = anc[rows, idx[:, :, None], idx[:, None, :]]
+    causal = torch.ones(width, width, dtype=torch.bool, device=nodes.device).tril()
+    return (causal & allowed)[:, None]
 
 
 def collate_rows(samples: list[TrainingSample], rows: list[Row], pad_id: int = 0,
                  extras: dict[str, list[Tensor]] | None = None) -> MicroBatch:
     """Right-pad the rows into one micro-batch. ``extras[name][i]`` is a [len_i - 1] tensor."""
-    width = max(row_length(samples, r) for r in rows)
+    layouts = [row_layout(samples, r.members) for r in rows]
+    width = max(sum(n.stop - n.start for n in nodes) for nodes in layouts)
+    most = max(len(nodes) for nodes in layouts)
     shape = (len(rows), width)
     ids = torch.full(shape, pad_id, dtype=torch.long)
     attn = torch.zeros(shape, dtype=torch.long)
     pos = torch.zeros(shape, dtype=torch.long)
     seg = torch.full(shape, -1, dtype=torch.long)
+    anc = torch.zeros((len(rows), most, most), dtype=torch.bool)
     cols = {name: torch.zeros(len(rows), width - 1) for name in ("loss", "behav", "adv", *(extras or {}))}
-    index: list[int] = []
-    spans: list[list[Span]] = []
-    for r, row in enumerate(rows):
-        p = row.shared - 1  # tokens stored once
-        ids[r, :p] = torch.as_tensor(samples[row.members[0]].input_ids[:p])
-        pos[r, :p] = torch.arange(p)
-        seg[r, :p] = 0
-        at = p
-        for k, i in enumerate(row.members):
-            s = samples[i]
-            n = len(s.input_ids)
-            ids[r, at:at + n - p] = torch.as_tensor(s.input_ids[p:])
-            pos[r, at:at + n - p] = torch.arange(p, n)
-            seg[r, at:at + n - p] = k + 1
-            # Target columns: the sample's first p from the shared prompt, the rest from its own.
-            mine = [(r, 0, p), (r, at, at + n - 1 - p)]
+    spans_of: dict[int, list[Span]] = {}
+    for r, nodes in enumerate(layouts):
+        at = 0
+        node_cols: list[Span] = []  # each node's target columns in this row
+        for k, node in enumerate(nodes):
+            s = samples[node.sample]
+            n = node.stop - node.start
+            ids[r, at:at + n] = torch.as_tensor(s.input_ids[node.start:node.stop])
+            pos[r, at:at + n] = torch.arange(node.start, node.stop)
+            seg[r, at:at + n] = k
+            anc[r, k, k] = True
+            if node.parent >= 0:
+                anc[r, k] |= anc[r, node.parent]
+            # column j (token node.start + j) predicts the next token of the branch; a leaf's
+            # last token predicts nothing
+            m = n - 1 if node.leaf else n
             values = {"loss": torch.as_tensor(s.loss_mask[1:], dtype=torch.float32),
                       "behav": torch.as_tensor(s.behaviour_logprobs[1:], dtype=torch.float32),
-                      "adv": torch.full((n - 1,), float(s.advantage))}
-            values |= {name: vals[i].float() for name, vals in (extras or {}).items()}
+                      "adv": torch.full((len(s.input_ids) - 1,), float(s.advantage))}
+            values |= {name: vals[node.sample].float() for name, vals in (extras or {}).items()}
             for name, v in values.items():
-                cols[name][r, at:at + n - 1 - p] = v[p:]
-                if k == 0:
-                    cols[name][r, :p] = v[:p]
-            index.append(i)
-            spans.append([sp for sp in mine if sp[2] > sp[1]])
-            at += n - p
+                cols[name][r, at:at + m] = v[node.start:node.start + m]
+            node_cols.append((r, at, at + m))
+            if node.leaf:
+                path, up = [], k
+                while up >= 0:
+                    path.append(node_cols[up])
+                    up = nodes[up].parent
+                spans_of[node.sample] = [sp for sp in reversed(path) if sp[2] > sp[1]]
+            at += n
         attn[r, :at] = 1
+    index = [i for r in rows for i in r.members]
     packed = any(len(r.members) > 1 for r in rows)
     return MicroBatch(index, ids, attn, cols.pop("loss"), cols.pop("behav"), cols.pop("adv"), cols,
-                      spans, pos if packed else None, seg if packed else None)
+                      [spans_of[i] for i in index], pos if packed else None, seg if packed else None,
+                      anc if packed else None)
 
 
 def collate(samples: list[TrainingSample], index: list[int], pad_id: int = 0,

@@ -95,19 +95,31 @@ def _as_model_mask(model: nn.Module, mask: Tensor) -> Tensor:
 def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor,
                    chunk: int = 1024, with_entropy: bool = False,
                    temperature: float = 1.0,
-                   position_ids: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+                   position_ids: Tensor | None = None,
+                   only: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
     """log p(input_ids[:, t+1] | input_ids[:, :t+1]) for every t: shape [B, T-1].
 
     ``attention_mask`` is [B, T] (1 = real token) or, for packed rows, a [B, 1, T, T] boolean
     mask that comes with ``position_ids``. With ``with_entropy`` also returns the policy entropy
     at each of those positions (no grad). Padding positions get finite garbage; callers mask them.
+
+    ``only`` ([B, T-1] bool): run the LM head at these positions alone, 0.0 elsewhere. An agent
+    sample is mostly prompt (1,100 tokens of it for ~15 reply tokens in cpu-demo), and the head
+    (vocab x hidden, a fifth of SmolLM2's weights) with its log_softmax on every prompt position
+    was a quarter of a train step's compute spent on values the loss masks out.
     """
     head = lm_head_of(model)
     attention_mask = _as_model_mask(model, attention_mask)
     targets = input_ids[:, 1:]
 
     def scores(hidden: Tensor) -> Tensor:
-        return chunked_head(hidden[:, :-1], head, targets, chunk, with_entropy, temperature)
+        if only is None:
+            return chunked_head(hidden[:, :-1], head, targets, chunk, with_entropy, temperature)
+        picked = chunked_head(hidden[:, :-1][only][None], head, targets[only][None], chunk, with_entropy,
+                              temperature)[0]
+        out = picked.new_zeros((*targets.shape, *picked.shape[1:]))
+        out[only] = picked
+        return out
 
     with _head_replaced(head, scores):
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,

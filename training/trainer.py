@@ -162,7 +162,8 @@ class Trainer:
             mb = mb.to(self.device)
             with self._autocast():
                 lp = token_logprobs(model, mb.input_ids, mb.model_mask(), self.chunk,
-                                    temperature=self.temperature, position_ids=mb.position_ids)
+                                    temperature=self.temperature, position_ids=mb.position_ids,
+                                    only=head_positions(mb))
             out.append(split_rows(lp.float(), mb))
         model.train(was_training)
         return out[:len(batches)]
@@ -183,7 +184,7 @@ class Trainer:
                 with self._autocast():
                     lp, ent = token_logprobs(self.model, mb.input_ids, mb.model_mask(), self.chunk,
                                              with_entropy=True, temperature=self.temperature,
-                                             position_ids=mb.position_ids)
+                                             position_ids=mb.position_ids, only=head_positions(mb))
                 if mb.index:
                     token_loss, stats = loss_fn(lp.float(), mb)
                 else:  # a padding micro-batch (see _even_out): forward/backward, zero loss
@@ -230,6 +231,17 @@ class Trainer:
             save_checkpoint(self.unwrapped(), tokenizer, out_dir, info, state_dict=state)
         acc.wait_for_everyone()
         return Path(out_dir)
+
+
+def head_positions(mb: MicroBatch) -> Tensor:
+    """Where the LM head runs: the loss tokens, and at least one position, so that the head's
+    weights take part in every backward (DDP expects all parameters in each rank's graph, and a
+    padding micro-batch has no loss token)."""
+    only = mb.loss_mask > 0
+    if not only.any():
+        only = only.clone()
+        only.view(-1)[0] = True
+    return only
 
 
 def progress_bar(items: list, desc: str, enabled: bool):

@@ -84,3 +84,27 @@ def test_chunked_peak_memory_is_a_quarter_of_naive_or_less():
     # Sanity of the measurement: logits and log_softmax output alive together (2 x 192 MiB).
     assert m["peak_mb_naive"] > 2 * 192 * 0.95
     assert m["peak_mb_chunked"] <= m["peak_mb_naive"] / 4, m
+
+
+def test_head_at_chosen_positions_only_gives_the_same_values_and_gradients():
+    """``only`` skips the LM head where the loss is masked: same logprobs, entropy and
+    gradients there, exact zeros elsewhere."""
+    model = tiny_llama()
+    ids, attn = _inputs()
+    only = torch.zeros(3, 40, dtype=torch.bool)
+    only[0, 20:] = only[1, 5:12] = only[2, 39] = True
+    weights = torch.randn(3, 40) * only
+
+    def run(**kw):
+        model.zero_grad()
+        lp, ent = token_logprobs(model, ids, attn, 7, with_entropy=True, **kw)
+        (lp * weights).sum().backward()
+        return lp.detach(), ent, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    lp, ent, grads = run(only=only)
+    ref_lp, ref_ent, ref_grads = run()
+    assert torch.allclose(lp[only], ref_lp[only], atol=1e-5)
+    assert torch.allclose(ent[only], ref_ent[only], atol=1e-5)
+    assert (lp[~only] == 0).all() and (ent[~only] == 0).all()
+    for name in ref_grads:
+        assert torch.allclose(grads[name], ref_grads[name], atol=1e-5), name

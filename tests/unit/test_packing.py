@@ -1,4 +1,5 @@
-"""Rows that share a prompt: layout by hand, and the same logprobs and gradients as unpacked."""
+"""Rows whose samples share prompt prefixes (a trie): layout by hand, and the same logprobs and
+gradients as unpacked."""
 
 import copy
 
@@ -25,7 +26,7 @@ def test_a_shared_prompt_is_stored_once_and_each_reply_sees_only_it():
     b = _sample([5, 6, 7], [10], -1.0)
     c = _sample([1, 2], [3])
     samples = [a, b, c]
-    mb = collate_rows(samples, [Row([0, 1], shared=3), Row([2])])
+    mb = collate_rows(samples, [Row([0, 1]), Row([2])])
     # prompt minus its last token once, then each member from that token on
     assert mb.input_ids[0].tolist() == [5, 6, 7, 8, 9, 7, 10]
     assert mb.position_ids[0].tolist() == [0, 1, 2, 3, 4, 2, 3]
@@ -48,7 +49,6 @@ def test_a_row_is_split_when_it_would_pass_the_budget():
     # each member adds 3 tokens to the 7 stored once: 7 + 3k <= 13 -> 2 per row (13 vs 20 alone)
     rows = pack_rows(samples, list(range(5)), micro_batch_tokens=13)
     assert [r.members for r in rows] == [[0, 1], [2, 3], [4]]
-    assert rows[-1].shared == 1  # a lone member needs no packing
     assert pack_rows(samples, [0, 1], 100, pack=False) == [Row([0]), Row([1])]
 
 
@@ -58,7 +58,27 @@ def test_a_row_stays_unpacked_when_sharing_saves_less_than_a_quarter():
     assert pack_rows(long_replies, [0, 1], 100) == [Row([0]), Row([1])]
     # prompt 10, replies 2: 9 + 2 x 3 = 15 vs 24 -> packed
     short_replies = [_sample(list(range(1, 11)), [20, 21]) for _ in range(2)]
-    assert pack_rows(short_replies, [0, 1], 100) == [Row([0, 1], shared=10)]
+    assert pack_rows(short_replies, [0, 1], 100) == [Row([0, 1])]
+
+
+def test_prompts_that_share_a_prefix_share_it_too():
+    """Two tasks' prompts begin alike (the instructions), each task has two replies: the common
+    part once, each task's own part once, each reply once, and a reply sees its chain only."""
+    a1, a2 = _sample([1, 2, 3, 4, 5], [6], 1.0), _sample([1, 2, 3, 4, 5], [7], -1.0)
+    b1 = _sample([1, 2, 3, 8, 9], [10, 11], 0.5)
+    samples = [a1, a2, b1]
+    mb = collate_rows(samples, [Row([0, 1, 2])])
+    # [1 2] once; a's branch [3 4], its replies [5 6] [5 7]; b's branch [3 8 9 10 11] (alone below)
+    assert mb.input_ids[0].tolist() == [1, 2, 3, 4, 5, 6, 5, 7, 3, 8, 9, 10, 11]
+    assert mb.position_ids[0].tolist() == [0, 1, 2, 3, 4, 5, 4, 5, 2, 3, 4, 5, 6]
+    sees = mb.model_mask()[0, 0].int()
+    assert sees[7].tolist() == [1, 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0]  # a2's 7: common, a's, own
+    assert sees[12].tolist() == [1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1]  # b1's 11: common, own
+    assert mb.loss_mask[0].tolist() == [0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 1]
+    values = torch.arange(12.0).view(1, 12)
+    assert [v.tolist() for v in split_rows(values, mb)] == [[0, 1, 2, 3, 4], [0, 1, 2, 3, 6],
+                                                            [0, 1, 8, 9, 10, 11]]
+    assert mb.real_tokens == 13  # against 6 + 6 + 7 = 19 unpacked
 
 
 def test_a_one_token_sample_splits_into_an_empty_tensor():
@@ -67,10 +87,12 @@ def test_a_one_token_sample_splits_into_an_empty_tensor():
 
 
 def _group(seed: int = 0) -> list[TrainingSample]:
-    """Two prompts of 4 and 2 samples, replies of different lengths, plus one lone sample."""
+    """Two prompts of 4 and 2 samples that begin alike, replies of different lengths, plus one
+    lone sample."""
     g = torch.Generator().manual_seed(seed)
     rand = lambda n: torch.randint(3, 128, (n,), generator=g).tolist()  # noqa: E731
-    p1, p2 = rand(20), rand(13)
+    common = rand(6)
+    p1, p2 = common + rand(14), common + rand(7)
     out = [_sample(p1, rand(n), adv) for n, adv in ((5, 1.0), (9, -1.0), (3, 0.5), (7, -0.5))]
     out += [_sample(p2, rand(4), 1.0), _sample(p2, rand(6), -1.0), _sample(rand(11), rand(8), 0.3)]
     return out
@@ -98,7 +120,9 @@ def test_packed_rows_give_the_same_logprobs_and_gradients(attention):
     packed = micro_batches(samples, index, 4096, pack=True)
     plain = micro_batches(samples, index, 4096, pack=False)
     assert packed[0].segments is not None and plain[0].segments is None
-    assert sum(b.real_tokens for b in packed) == (19 + 4 * 1 + 5 + 9 + 3 + 7) + (12 + 2 + 4 + 6) + 19
+    # the common 5 (the 6th is repeated in each branch), p1's 14 and p2's 7 beyond it, each reply
+    # behind the repeated last prompt token, the lone sample whole
+    assert sum(b.real_tokens for b in packed) == 5 + 14 + 7 + (1 + 5 + 1 + 9 + 1 + 3 + 1 + 7) + (1 + 4 + 1 + 6) + 19
     assert sum(b.real_tokens for b in plain) == sum(len(s.input_ids) for s in samples)
 
     def per_sample(batches):
