@@ -106,7 +106,10 @@ class Node:
 
 def prompt_length(s: TrainingSample) -> int:
     """Tokens before the first loss token: the part samples may share without losing a loss."""
-    return next((t for t, m in enumerate(s.loss_mask) if m), len(s.loss_mask))
+    try:
+        return s.loss_mask.index(1)  # list.index runs in C: packing asks this for every layout
+    except ValueError:
+        return len(s.loss_mask)
 
 
 def _common(seqs: list[list[int]], cap: int) -> int:
@@ -233,12 +236,11 @@ def collate_rows(samples: list[TrainingSample], rows: list[Row], pad_id: int = 0
             # column j (token node.start + j) predicts the next token of the branch; a leaf's
             # last token predicts nothing
             m = n - 1 if node.leaf else n
-            values = {"loss": torch.as_tensor(s.loss_mask[1:], dtype=torch.float32),
-                      "behav": torch.as_tensor(s.behaviour_logprobs[1:], dtype=torch.float32),
-                      "adv": torch.full((len(s.input_ids) - 1,), float(s.advantage))}
-            values |= {name: vals[node.sample].float() for name, vals in (extras or {}).items()}
-            for name, v in values.items():
-                cols[name][r, at:at + m] = v[node.start:node.start + m]
+            cols["loss"][r, at:at + m] = torch.as_tensor(s.loss_mask[node.start + 1:node.start + 1 + m])
+            cols["behav"][r, at:at + m] = torch.as_tensor(s.behaviour_logprobs[node.start + 1:node.start + 1 + m])
+            cols["adv"][r, at:at + m] = float(s.advantage)
+            for name, vals in (extras or {}).items():
+                cols[name][r, at:at + m] = vals[node.sample][node.start:node.start + m].float()
             node_cols.append((r, at, at + m))
             if node.leaf:
                 path, up = [], k

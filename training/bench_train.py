@@ -183,13 +183,15 @@ def throughput(steps: int = 2, step_tokens: int = 1024, micro_batch_tokens: int 
 
 
 def dapo_shaped_samples(groups: int, group_size: int, prompt: int, reply: int, vocab: int,
-                        seed: int = 0) -> list[TrainingSample]:
-    """``groups`` prompts of ``prompt`` random tokens, each with ``group_size`` replies of
-    ``reply`` tokens and advantages of both signs."""
+                        seed: int = 0, common: int = 0) -> list[TrainingSample]:
+    """``groups`` prompts of ``prompt`` random tokens (the first ``common`` the same in all, as
+    the instructions are), each with ``group_size`` replies of ``reply`` tokens and advantages
+    of both signs."""
     rng = random.Random(seed)
+    shared = [rng.randrange(vocab) for _ in range(common)]
     out = []
     for _ in range(groups):
-        head = [rng.randrange(vocab) for _ in range(prompt)]
+        head = shared + [rng.randrange(vocab) for _ in range(prompt - common)]
         for k in range(group_size):
             tail = [rng.randrange(vocab) for _ in range(reply)]
             out.append(TrainingSample(head + tail, [0] * prompt + [1] * reply, [0.0] * (prompt + reply),
