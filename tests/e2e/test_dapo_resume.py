@@ -2,8 +2,9 @@
 again: it resumes at iteration 2 from iteration 1's checkpoint, reuses iteration 2's finished
 episodes, and neither skips nor repeats an iteration.
 
-Real model, real containers, the smoke preset with one episode at a time (so the kill lands
-between two finished episodes of the iteration), a fresh working directory as the embedded store.
+Real model, real containers, the smoke preset with two episodes at a time: the kill follows the
+iteration's first finished episode, so at most its first pair is done (batched decoding can end
+a pair together) and the second is in flight. A fresh working directory is the embedded store.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 CMD = [sys.executable, "-m", "flows.cli", "dapo", "--preset", "smoke", "--iterations", "2",
-       "--set", "rollout.concurrency=1"]
+       "--set", "rollout.concurrency=2"]
 EPISODES_PER_ITERATION = 4  # smoke: 2 problems x group of 2
 
 
