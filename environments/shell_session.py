@@ -417,6 +417,10 @@ class ShellSandbox:
             return (f"\n[swerl: the shell session ended or hung; a new one was started in {cwd}; "
                     "exported variables and shell functions were reset]")
         except (SandboxError, OSError) as e:
+            # Docker reports a killed container as running for a moment after its streams close;
+            # a restart then would hide the death, so look again before resetting
+            if not self.alive:
+                raise self._mark_dead(f"the sandbox died (container or process is gone): {e}") from e
             log.warning("%s: a new shell session failed (%s); resetting the sandbox", self.workdir, e)
         try:
             self._reset()

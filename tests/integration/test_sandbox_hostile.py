@@ -133,3 +133,18 @@ def test_death_mid_command_is_an_infra_error(sb):
         sb.exec("sleep 30")
     with pytest.raises(SandboxDead):
         sb.exec("echo again")
+
+
+def test_a_killed_container_reported_running_is_not_restarted(sb, monkeypatch):
+    """Docker can still call a killed container running when its exec streams close (CI hit
+    this): the failed new session must then be read as death, not as a wedged shell to restart."""
+    from environments.docker_sandbox import api
+
+    cls, real = type(sb), type(sb).alive
+    stale = iter([True])  # the first look after the loss sees the stale state
+    monkeypatch.setattr(cls, "alive", property(lambda self: next(stale, None) or real.fget(self)))
+    api().kill(sb.cid)
+    api().wait(sb.cid, timeout=20)
+    with pytest.raises(SandboxDead, match="died"):
+        sb.exec("echo after")
+    assert not api().inspect_container(sb.cid)["State"]["Running"]  # not brought back
