@@ -4,7 +4,7 @@ never rewarded), the host is unharmed, and no container is left behind."""
 from __future__ import annotations
 
 import resource
-
+import threading
 import time
 
 import pytest
@@ -114,37 +114,50 @@ def test_writing_outside_the_work_tree_is_denied(sb):
 
 
 def test_death_mid_command_is_an_infra_error(sb):
-    from environments.docker_sandbox import api
-
-    import threading
-
-    def kill_once_running() -> None:
-        """Kill when `sleep 30` is really running: a fixed delay raced a loaded machine, where
-        the kill came before the command and the sandbox was (rightly) reset instead."""
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if any("sleep 30" in " ".join(p) for p in api().top(sb.cid)["Processes"]):
-                break
-            time.sleep(0.1)
-        api().kill(sb.cid)
-
-    threading.Thread(target=kill_once_running, daemon=True).start()
+    kill_when_running(sb, "sleep 30")  # a fixed delay raced a loaded machine
     with pytest.raises(SandboxDead):
         sb.exec("sleep 30")
     with pytest.raises(SandboxDead):
         sb.exec("echo again")
 
 
-def test_a_killed_container_reported_running_is_not_restarted(sb, monkeypatch):
-    """Docker can still call a killed container running when its exec streams close (CI hit
-    this): the failed new session must then be read as death, not as a wedged shell to restart."""
+@pytest.fixture
+def stale_alive(sb, monkeypatch) -> None:
+    """The sandbox's first look at its container sees it running, as Docker can report a killed
+    container for a moment after its exec streams close (CI hit this)."""
+    cls, real = type(sb), type(sb).alive
+    first = iter([True])
+    monkeypatch.setattr(cls, "alive", property(lambda self: next(first, None) or real.fget(self)))
+
+
+def kill_when_running(sb, needle: str) -> None:
+    """Kill the container once `needle` shows in its process list (not after a fixed delay)."""
     from environments.docker_sandbox import api
 
-    cls, real = type(sb), type(sb).alive
-    stale = iter([True])  # the first look after the loss sees the stale state
-    monkeypatch.setattr(cls, "alive", property(lambda self: next(stale, None) or real.fget(self)))
+    def watch() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if any(needle in " ".join(p) for p in api().top(sb.cid)["Processes"]):
+                break
+            time.sleep(0.1)
+        api().kill(sb.cid)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def test_a_killed_container_reported_running_is_not_restarted(sb, stale_alive):
+    """The failed new session must be read as death, not as a wedged shell to restart."""
+    from environments.docker_sandbox import api
+
     api().kill(sb.cid)
     api().wait(sb.cid, timeout=20)
     with pytest.raises(SandboxDead, match="died"):
         sb.exec("echo after")
     assert not api().inspect_container(sb.cid)["State"]["Running"]  # not brought back
+
+
+def test_a_run_killed_with_its_container_is_no_verdict(sb, stale_alive):
+    """A 137 from a dying container is an infra error, never a test run that failed."""
+    kill_when_running(sb, "sleep 31")
+    with pytest.raises(SandboxDead, match="died during run"):
+        sb.run("sleep 31", timeout=60)
