@@ -283,7 +283,9 @@ def test_hung_reset_is_abandoned_at_its_deadline():
     assert by["t0"].status == "resolved"
     assert by["t1"].status == "error" and "EnvTimeout" in by["t1"].error_reason
     assert by["t1"].error_reason.startswith("start:") and gym.attempts["t1"] == 2
-    time.sleep(0.2)  # the abandoned threads return once their env is closed
+    deadline = time.monotonic() + 10  # the abandoned threads return once their env is closed
+    while not gym.all_closed() and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert gym.all_closed()
 
 
