@@ -43,7 +43,6 @@ KEEPER_USER = "65534:65534"  # nobody: a different uid, so the agent cannot kill
 TMP_SIZE = "256m"
 MAX_FILE_BYTES = 2 << 30  # `ulimit -f` inside: no single file above this (/testbed is on disk)
 HOST_GRACE_S = 15.0  # run(): how long after `timeout` fires the host still waits for the end
-DEATH_SETTLE_S = 1.0  # run(): how long a 137 waits for Docker to record the container's death
 
 # Kill every process whose session is $1 (the shell's own session), except $1 unless $2 = all.
 # Runs as a separate exec, as the same user as the shell; loops because killed parents' children
@@ -270,20 +269,9 @@ class DockerSandbox(ShellSandbox):
         finally:
             transport.close()
         code = self._exit_code(exec_id) if finished else None
-        if code in (None, 137) and self._stops_within(DEATH_SETTLE_S):  # not a verdict
+        if code in (None, 137) and self._stops_within():  # killed with its container: not a verdict
             raise self._mark_dead("the container died during run()")
         return ShellSession.one_shot(cap, finished, -1 if code is None else code, t0, timeout)
-
-    def _stops_within(self, settle_s: float) -> bool:
-        """True when the container is (or within `settle_s` becomes) not running. Why wait:
-        Docker can still call a killed container running when its exec streams close, and a
-        137 read then would grade an infra death as failing tests."""
-        deadline = time.monotonic() + settle_s
-        while self.alive:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
-        return True
 
     def _exit_code(self, exec_id: str) -> int | None:
         """The exec's exit code; the stream can end a moment before Docker records it."""

@@ -49,6 +49,7 @@ CHANNEL_FD = 7
 READ_CHUNK = 1 << 16
 INTERRUPT_GRACE_S = 3.0  # after the kill, how long the marker may take before the shell is "lost"
 START_TIMEOUT_S = 30.0
+DEATH_SETTLE_S = 1.0  # how long a sign of death waits for the backend to report its sandbox gone
 # After a timeout: wait (boundedly) until the shell has reaped the children the kill left as
 # zombies, so that their "Killed" notices are printed now. A subshell, so the agent's variables
 # and positional parameters are untouched; $$ in it is still the shell's pid. Builtins only.
@@ -401,6 +402,17 @@ class ShellSandbox:
         self._dead_reason = reason
         return SandboxDead(reason)
 
+    def _stops_within(self, settle_s: float = DEATH_SETTLE_S) -> bool:
+        """True when the sandbox is (or within `settle_s` becomes) not alive. Why wait: Docker
+        can still call a killed container running when its exec streams close, and reading that
+        as alive would restart a dead sandbox or grade an infra death as failing tests."""
+        deadline = time.monotonic() + settle_s
+        while self.alive:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     def _recover(self, cwd: str) -> str:
         """Replace a lost session; returns the note for the observation, or raises SandboxDead."""
         if self._session is not None:
@@ -417,9 +429,7 @@ class ShellSandbox:
             return (f"\n[swerl: the shell session ended or hung; a new one was started in {cwd}; "
                     "exported variables and shell functions were reset]")
         except (SandboxError, OSError) as e:
-            # Docker reports a killed container as running for a moment after its streams close;
-            # a restart then would hide the death, so look again before resetting
-            if not self.alive:
+            if self._stops_within():  # a failed new session may be the first sign of death
                 raise self._mark_dead(f"the sandbox died (container or process is gone): {e}") from e
             log.warning("%s: a new shell session failed (%s); resetting the sandbox", self.workdir, e)
         try:

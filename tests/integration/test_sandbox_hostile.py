@@ -113,14 +113,6 @@ def test_writing_outside_the_work_tree_is_denied(sb):
     assert sb.exec("sudo true 2>&1; su -c true 2>&1 </dev/null").exit_code != 0
 
 
-def test_death_mid_command_is_an_infra_error(sb):
-    kill_when_running(sb, "sleep 30")  # a fixed delay raced a loaded machine
-    with pytest.raises(SandboxDead):
-        sb.exec("sleep 30")
-    with pytest.raises(SandboxDead):
-        sb.exec("echo again")
-
-
 @pytest.fixture
 def stale_alive(sb, monkeypatch) -> None:
     """The sandbox's first look at its container sees it running, as Docker can report a killed
@@ -143,6 +135,14 @@ def kill_when_running(sb, needle: str) -> None:
         api().kill(sb.cid)
 
     threading.Thread(target=watch, daemon=True).start()
+
+
+def test_death_mid_command_is_an_infra_error(sb):
+    kill_when_running(sb, "sleep 30")  # a fixed delay raced a loaded machine
+    with pytest.raises(SandboxDead):
+        sb.exec("sleep 30")
+    with pytest.raises(SandboxDead):
+        sb.exec("echo again")
 
 
 def test_a_killed_container_reported_running_is_not_restarted(sb, stale_alive):
