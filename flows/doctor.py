@@ -81,7 +81,7 @@ def _mlflow(cfg: SwerlConfig) -> Check:
         except Exception as e:  # noqa: BLE001
             return Check("mlflow", False, f"{uri}: {e}"[:120], "make up (starts the stack) or fix tracking.uri")
     try:
-        from tasks.tracking import check_tracking
+        from tasks.mlflow_backend import check_tracking
 
         check_tracking(cfg)
         return Check("mlflow", True, f"embedded {uri}")

@@ -12,7 +12,8 @@ from typing import Any
 from prefect import flow
 
 from tasks import registry_tasks as reg
-from tasks.run_context import RunRef, tracked
+from tasks.reports import build_run_report, stored_evals
+from tasks.run_context import RunRef, open_run
 
 
 @flow(name="promote", log_prints=True)
@@ -25,7 +26,7 @@ def promote(preset: str = "smoke", overrides: list[str] = [], run_id: str | None
     decision); `note` is appended to the recorded reason (who, why).
     """
     ref = RunRef.create(preset, overrides, run_id)
-    t = tracked(ref)
+    t = open_run(ref)
     if version is None:
         version = reg.latest_version(t, ref.run_id)
         if version is None:
@@ -38,10 +39,10 @@ def promote(preset: str = "smoke", overrides: list[str] = [], run_id: str | None
 
 def report(run_id: str, preset: str = "smoke", overrides: list[str] | None = None) -> Path:
     """Rebuild run `run_id`'s report (and each evaluation's) from the store; returns report.md."""
-    t = tracked(RunRef(preset=preset, overrides=list(overrides or []), run_id=run_id))
-    evals = reg.stored_evals(t)
+    t = open_run(RunRef(preset=preset, overrides=list(overrides or []), run_id=run_id))
+    evals = stored_evals(t)
     if not evals:
         raise FileNotFoundError(f"run {run_id} has no evaluation in {t.ctx.store.url(t.ctx.key('eval'))}")
-    path = reg.build_run_report(t, evals)
+    path = build_run_report(t, evals)
     t.tracker.flush(timeout=t.tracker.retry_s)
     return path

@@ -6,8 +6,7 @@ of a sealed checkpoint directory, and a version of the base model carries `swerl
 the `rollout.model` it was evaluated with ("default", a hub id, a path).
 
 Downloads are cached by content: the local directory is named by the store's hash of the
-checkpoint, and `Store.get_dir` makes it appear all at once, so an existing directory is
-complete and current (a checkpoint re-published under the same key gets a new hash).
+checkpoint and appears all at once (`Store.get_dir`), so an existing one is complete and current.
 """
 
 from __future__ import annotations
@@ -16,6 +15,9 @@ from pathlib import Path
 
 from swerl.config import SwerlConfig
 from swerl.model_cache import ModelResolutionError, register_uri_resolver
+from swerl.paths import state_dir
+from swerl.store import open_store
+from tasks.registry import ModelRegistry
 
 
 def parse_models_uri(uri: str) -> tuple[str, str | None, str | None]:
@@ -36,7 +38,7 @@ def checkpoint_key(tags: dict[str, str]) -> str | None:
         return tags["swerl.checkpoint_key"]
     if tags.get("swerl.policy", "base") == "base":
         return None
-    return f"runs/{tags['swerl.run_id']}/checkpoints/{tags['swerl.policy']}"  # versions registered before the tag
+    return f"runs/{tags['swerl.run_id']}/checkpoints/{tags['swerl.policy']}"  # versions registered before that tag existed
 
 
 def fetch_checkpoint(store, key: str, cache_root: Path) -> Path:
@@ -55,18 +57,14 @@ def fetch_checkpoint(store, key: str, cache_root: Path) -> Path:
 
 def resolve_registry_uri(uri: str, cfg: SwerlConfig) -> str:
     """A registry URI -> something `swerl.model_cache.resolve_model` loads."""
-    from swerl.paths import state_dir
-    from swerl.store import open_store
-    from tasks.tracking import Tracker
-
     name, version, alias = parse_models_uri(uri)
-    tracker = Tracker(cfg)
+    registry = ModelRegistry(cfg)
     if alias is not None:
-        version = tracker.get_version_by_alias(name, alias)
+        version = registry.get_version_by_alias(name, alias)
         if version is None:
             raise ModelResolutionError(f"{uri}: no version of {name!r} has the alias {alias!r} "
-                                       f"(registry {tracker.tracking_uri})")
-    tags = tracker.get_version_tags(name, version)
+                                       f"(registry {registry.tracking_uri})")
+    tags = registry.get_version_tags(name, version)
     key = checkpoint_key(tags)
     if key is None:
         return tags.get("swerl.base_model") or cfg.rollout.model

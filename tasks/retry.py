@@ -1,37 +1,27 @@
-"""Retry on infrastructure errors only: a failing test is a result, not an error to retry."""
+"""Which failures a Prefect task retries, and the task options that say so.
+
+Only infrastructure errors are retried: a failing test is a result, not an error to retry.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-INFRA_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, OSError)
+import docker.errors
+from prefect.cache_policies import NO_CACHE
+from prefect.tasks import exponential_backoff
 
+from environments.sandbox import SandboxError
+from swerl.store import StoreUnavailable
 
-def _infra_errors() -> tuple[type[BaseException], ...]:
-    errs = list(INFRA_ERRORS)
-    try:
-        from environments.sandbox import SandboxError
-
-        errs.append(SandboxError)
-    except ImportError:
-        pass
-    try:
-        from swerl.store import StoreUnavailable
-
-        errs.append(StoreUnavailable)
-    except ImportError:
-        pass
-    try:
-        import docker.errors
-
-        errs += [docker.errors.APIError, docker.errors.DockerException]
-    except ImportError:
-        pass
-    return tuple(errs)
+INFRA_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionError, TimeoutError, OSError, SandboxError, StoreUnavailable,
+    docker.errors.APIError, docker.errors.DockerException,
+)
 
 
 def is_infra_error(exc: BaseException) -> bool:
-    return isinstance(exc, _infra_errors())
+    return isinstance(exc, INFRA_ERRORS)
 
 
 def retry_on_infra(task: Any, task_run: Any, state: Any) -> bool:
@@ -41,3 +31,10 @@ def retry_on_infra(task: Any, task_run: Any, state: Any) -> bool:
     except BaseException as exc:  # noqa: BLE001 - classifying, not handling
         return is_infra_error(exc)
     return False
+
+
+# `@task(**RETRYABLE_TASK)`: every pipeline task is an idempotent unit (it finds its finished work
+# in the store), so it may be retried as a whole; results are persisted, never cached.
+RETRYABLE_TASK: dict[str, Any] = dict(
+    retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=10), retry_jitter_factor=0.5,
+    retry_condition_fn=retry_on_infra, cache_policy=NO_CACHE, persist_result=True, log_prints=True)

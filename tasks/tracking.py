@@ -1,19 +1,12 @@
-"""MLflow tracking: the only module that talks to MLflow.
+"""MLflow tracking: the runs of one experiment and what they record (metrics, params, tags,
+artifacts, dataset inputs). Prefect tasks and the CLI use a `Tracker`; library code
+(environments/, training/) never imports this, it gets a callback such as
+`tracker.metrics_callback()`.
 
-Prefect tasks and the CLI use a `Tracker`; library code (environments/, training/) never imports
-this, it receives a plain callback such as `tracker.metrics_callback()`.
-
-A tracking outage must not kill a training run, and must not silently lose data either:
-
-- metrics, params, tags and run ends go into a buffer and are sent with `MlflowClient.log_batch` (one
-  request per kind instead of one per value: 50 single `log_metric` calls measured 1.6 s). A
-  failed send keeps the buffer; it is retried on later calls (with backoff, so a dead server
-  does not slow every call) and at `flush(timeout)` / `close()`.
-- once the backend has been unreachable for `cfg.tracking.retry_s`, what is still buffered is
-  dropped, logged loudly with counts per kind, and added to `tracker.dropped`.
-- artifacts and dataset inputs are retried for the same window, then dropped and
-  counted the same way. Starting a run and the model registry are not optional: they retry and
-  then raise `TrackingUnavailable`.
+A tracking outage must not kill a training run, nor lose data quietly: metrics, params, tags and
+run ends are buffered and sent in batches (`tasks.tracking_buffer`); artifacts and dataset inputs
+are retried for `cfg.tracking.retry_s`, then dropped and counted in `tracker.dropped`. Starting a
+run is not optional: it retries, then raises `TrackingUnavailable`.
 """
 
 from __future__ import annotations
@@ -22,12 +15,10 @@ import json
 import logging
 import os
 import re
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,63 +26,16 @@ from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-from mlflow.utils.validation import (
-    MAX_DATASET_DIGEST_SIZE,
-    MAX_METRICS_PER_BATCH,
-    MAX_PARAM_VAL_LENGTH,
-    MAX_PARAMS_TAGS_PER_BATCH,
-    MAX_TAG_VAL_LENGTH,
-)
+from mlflow.utils.validation import MAX_DATASET_DIGEST_SIZE, MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH
 
 from swerl.config import SwerlConfig, flat_params
-from swerl.store import is_transient as is_transient_io
-from swerl.store import open_store, retry_call
+from swerl.store import open_store
+from tasks.mlflow_backend import TrackingUnavailable, call_with_retry, mlflow_uri, new_client
+from tasks.tracking_buffer import Record, RecordBuffer, RunEnd
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# MLflow error codes that no amount of waiting fixes (a changed param, a deleted run, bad name).
-PERMANENT_CODES = frozenset({
-    "INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST", "RESOURCE_ALREADY_EXISTS",
-    "INVALID_STATE", "BAD_REQUEST", "PERMISSION_DENIED", "UNAUTHENTICATED",
-    "CUSTOMER_UNAUTHORIZED", "FEATURE_DISABLED", "ENDPOINT_NOT_FOUND", "NOT_IMPLEMENTED",
-})
-BATCH_LIMITS = {"metrics": MAX_METRICS_PER_BATCH, "params": MAX_PARAMS_TAGS_PER_BATCH,
-                "tags": MAX_PARAMS_TAGS_PER_BATCH, "status": 1}
-MAX_BACKOFF_S = 30.0
-
-
-class TrackingUnavailable(RuntimeError):
-    """The tracking backend stayed unreachable for the whole retry window."""
-
-
-@dataclass(frozen=True)
-class RunEnd:
-    """A buffered `set_terminated`: a stage that ends during an outage is marked ended later."""
-
-    key: str  # the status, named `key` like the other buffered records for error messages
-    end_time: int
-
-
-Record = Metric | Param | RunTag | RunEnd
-
-
-def is_transient(err: BaseException) -> bool:
-    """MLflow wraps connection errors and database locks into MlflowException(INTERNAL_ERROR /
-    TEMPORARILY_UNAVAILABLE); artifact uploads raise the storage client's own errors."""
-    if isinstance(err, MlflowException):
-        return err.error_code not in PERMANENT_CODES
-    return is_transient_io(err)
-
-
-def resolve_tracking_uri(uri: str) -> str:
-    """`sqlite:///rel.db` is relative to the working directory: pin it, and create its folder."""
-    if uri.startswith("sqlite:///"):
-        path = Path(uri[len("sqlite:///"):]).expanduser().resolve()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{path}"
-    return uri
 
 
 def _truncate(value: Any, limit: int) -> str:
@@ -99,7 +43,7 @@ def _truncate(value: Any, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _export_s3_env(cfg: SwerlConfig) -> None:
+def export_s3_env(cfg: SwerlConfig) -> None:
     """MLflow's S3 artifact client (boto3) reads only the environment, so hand it the store's
     endpoint and keys; values the user already exported win."""
     endpoint = cfg.storage.s3_endpoint_url or os.environ.get("SWERL_S3_ENDPOINT_URL")
@@ -110,58 +54,32 @@ def _export_s3_env(cfg: SwerlConfig) -> None:
             os.environ.setdefault(name, value)
 
 
-def _bound_http_retries() -> None:
-    """Our own retry window replaces MLflow's HTTP retries (7 with backoff by default: minutes
-    per call), so that `retry_s` bounds how long any call can block. Exported values win."""
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
-
-
-def check_tracking(cfg: SwerlConfig) -> str:
-    """One cheap read against the tracking backend (for `swerl doctor`); raises if unusable.
-
-    Creates nothing but the SQLite schema of a fresh embedded database.
-    """
-    _bound_http_retries()
-    uri = resolve_tracking_uri(cfg.tracking.uri)
-    MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
-    return uri
-
-
 def metric_name(name: str) -> str:
     """MLflow accepts only [A-Za-z0-9_-. :/] in metric names: `pass@1` is logged as `pass_at_1`."""
     return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", name.replace("@", "_at_"))
 
 
 class Tracker:
-    """One experiment (`cfg.experiment_name`), its runs, and the model registry."""
+    """One experiment (`cfg.experiment_name`), its runs, and what they record."""
 
     def __init__(self, cfg: SwerlConfig, client: MlflowClient | None = None) -> None:
-        _bound_http_retries()
         self.cfg = cfg
         self.retry_s = cfg.tracking.retry_s
-        self.model_name = cfg.tracking.registered_model
-        self.tracking_uri = resolve_tracking_uri(cfg.tracking.uri)
+        self.tracking_uri = mlflow_uri(cfg)
         self.artifact_location = open_store(cfg.storage).url("mlflow")
         if self.artifact_location.startswith("s3://"):
-            _export_s3_env(cfg)
-        self.client = client or MlflowClient(tracking_uri=self.tracking_uri,
-                                             registry_uri=self.tracking_uri)
+            export_s3_env(cfg)
+        self.client = client or new_client(self.tracking_uri)
         self.dropped: Counter[str] = Counter()
+        self.buffer = RecordBuffer(self._send_records, self.retry_s, self.tracking_uri, self.dropped)
         self._experiment_id: str | None = None
         self._active: list[str] = []
-        self._pending: list[tuple[str, str, Record]] = []  # (run_id, kind, record), in order
-        self._lock = threading.RLock()
-        self._outage_since: float | None = None
-        self._next_try = 0.0
-        self._backoff = 0.5
 
     # -- plumbing -----------------------------------------------------------------------------
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
         """A call that must happen: retried for the window, then TrackingUnavailable."""
-        return retry_call(fn, f"tracking: {what} ({self.tracking_uri})", self.retry_s,
-                          transient=is_transient, unavailable=TrackingUnavailable)
+        return call_with_retry(what, fn, self.tracking_uri, self.retry_s)
 
     def _call_or_drop(self, kind: str, what: str, fn: Callable[[], T]) -> T | None:
         """A call that may be lost after the window, but never quietly."""
@@ -244,11 +162,7 @@ class Tracker:
     # -- buffered: metrics, params, tags ------------------------------------------------------
 
     def _enqueue(self, run_id: str | None, kind: str, items: list[Record]) -> None:
-        run_id = self._run_id(run_id)
-        with self._lock:
-            self._pending.extend((run_id, kind, x) for x in items)
-        if time.monotonic() >= self._next_try:
-            self.flush()
+        self.buffer.add(self._run_id(run_id), kind, items)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int = 0,
                     run_id: str | None = None) -> None:
@@ -319,83 +233,20 @@ class Tracker:
     @property
     def pending(self) -> Counter[str]:
         """What is buffered right now, per kind."""
-        with self._lock:
-            return Counter(kind for _, kind, _ in self._pending)
+        return self.buffer.pending
 
     def flush(self, timeout: float = 0.0) -> bool:
-        """Send the buffer, retrying for up to `timeout` s; True once it is empty.
+        """Send what is buffered, retrying for up to `timeout` s; True once nothing is left.
+        False after an outage longer than the retry window (the buffer was dropped, loudly)."""
+        return self.buffer.flush(timeout)
 
-        When the backend has been down for longer than the retry window, the buffer is dropped
-        (loudly) instead, and False is returned.
-        """
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while True:
-                try:
-                    self._send_pending()
-                except Exception as e:
-                    if not is_transient(e):
-                        raise
-                    if not self._note_failure(e):
-                        return False
-                    now = time.monotonic()
-                    if now >= deadline:
-                        return False
-                    time.sleep(max(0.0, min(self._next_try, deadline) - now))
-                    continue
-                if self._outage_since is not None:
-                    log.warning("tracking: backend reachable again after %.0fs, buffer flushed",
-                                time.monotonic() - self._outage_since)
-                self._outage_since, self._next_try, self._backoff = None, 0.0, 0.5
-                return True
-
-    def _note_failure(self, err: BaseException) -> bool:
-        """Record a failed send; False when the outage outlasted the window (buffer dropped)."""
-        now = time.monotonic()
-        if self._outage_since is None:
-            self._outage_since = now
-            log.warning("tracking: backend unreachable (%s: %s); buffering %s",
-                        type(err).__name__, err, dict(self.pending))
-        if now - self._outage_since >= self.retry_s:
-            lost = self.pending
-            self._pending.clear()
-            self.dropped.update(lost)
-            log.error("TRACKING DATA LOST: backend %s unreachable for %.0fs; dropped %s "
-                      "(total dropped so far: %s); last error: %s", self.tracking_uri,
-                      now - self._outage_since, dict(lost), dict(self.dropped), err)
-            return False
-        self._next_try = now + self._backoff
-        self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
-        return True
-
-    def _send_pending(self) -> None:
-        """Send buffered records one (run, kind) batch at a time, removing each once accepted."""
-        while self._pending:
-            run_id, kind, _ = self._pending[0]
-            picked = [i for i, (r, k, _) in enumerate(self._pending) if r == run_id and k == kind]
-            picked = picked[: BATCH_LIMITS[kind]]
-            self._send_batch(run_id, kind, [self._pending[i][2] for i in picked])
-            taken = set(picked)
-            self._pending = [x for i, x in enumerate(self._pending) if i not in taken]
-
-    def _send_batch(self, run_id: str, kind: str, items: list[Record]) -> None:
-        try:
-            if kind == "status":
-                (end,) = items
-                self.client.set_terminated(run_id, end.key, end_time=end.end_time)
-            else:
-                self.client.log_batch(run_id, **{kind: items})
-            return
-        except Exception as e:
-            if is_transient(e):
-                raise
-            if len(items) == 1:  # e.g. a param changed value, a metric name MLflow rejects
-                self.dropped[kind] += 1
-                log.error("TRACKING DATA LOST: %s rejected for run %s: %s: %s",
-                          kind, run_id, items[0].key, e)
-                return
-        for item in items:  # isolate the rejected record(s); keep the rest
-            self._send_batch(run_id, kind, [item])
+    def _send_records(self, run_id: str, kind: str, items: list[Record]) -> None:
+        """One request for the buffer: a run's end, or a `log_batch` of one kind."""
+        if kind == "status":
+            (end,) = items
+            self.client.set_terminated(run_id, end.key, end_time=end.end_time)
+        else:
+            self.client.log_batch(run_id, **{kind: items})
 
     # -- artifacts and inputs -----------------------------------------------------------------
 
@@ -426,51 +277,6 @@ class Tracker:
         inputs = [DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])]
         self._call_or_drop("inputs", f"log dataset {name}",
                            lambda: self.client.log_inputs(run_id, datasets=inputs))
-
-    # -- model registry (not optional: promotion decisions must not vanish) --------------------
-
-    def register_model(self, source_uri: str, run_id: str | None = None,
-                       tags: Mapping[str, Any] | None = None) -> str:
-        """A new version of `cfg.tracking.registered_model` pointing at `source_uri`."""
-
-        def create_model() -> None:
-            try:
-                self.client.create_registered_model(self.model_name)
-            except MlflowException as e:
-                if e.error_code != "RESOURCE_ALREADY_EXISTS":
-                    raise
-
-        self._call(f"create registered model {self.model_name}", create_model)
-        str_tags = {k: str(v) for k, v in (tags or {}).items()}
-        version = self._call(f"register {source_uri}", lambda: self.client.create_model_version(
-            self.model_name, source_uri, run_id=run_id, tags=str_tags))
-        return str(version.version)
-
-    def set_alias(self, name: str, alias: str, version: str | int) -> None:
-        self._call(f"set alias {name}@{alias}",
-                   lambda: self.client.set_registered_model_alias(name, alias, str(version)))
-
-    def get_version_by_alias(self, name: str, alias: str) -> str | None:
-        """The version behind `name@alias`, or None when the model or alias does not exist."""
-
-        def lookup() -> str | None:
-            try:
-                return str(self.client.get_model_version_by_alias(name, alias).version)
-            except MlflowException as e:
-                if e.error_code in ("INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST"):
-                    return None
-                raise
-
-        return self._call(f"get {name}@{alias}", lookup)
-
-    def get_version_tags(self, name: str, version: str | int) -> dict[str, str]:
-        return self._call(f"read tags of {name} v{version}",
-                          lambda: dict(self.client.get_model_version(name, str(version)).tags or {}))
-
-    def set_version_tags(self, name: str, version: str | int, tags: Mapping[str, Any]) -> None:
-        for key, value in tags.items():
-            self._call(f"tag {name} v{version}", lambda k=key, v=value: self.client.set_model_version_tag(
-                name, str(version), k, str(v)))
 
     # -- lifetime -----------------------------------------------------------------------------
 

@@ -256,9 +256,9 @@ def test_prefect_task_retries_outlast_a_short_store_window(args, s3, checkpoint,
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_HOME, temporary_settings
 
-    from tasks.stage_tasks import UNIT  # the pipeline's own retry policy (tasks/retry.py)
+    from tasks.retry import RETRYABLE_TASK  # the pipeline's own retry policy
 
-    publish = task(name="publish-checkpoint", **UNIT)(publish_attempt)
+    publish = task(name="publish-checkpoint", **RETRYABLE_TASK)(publish_attempt)
 
     @flow(name="publish-under-outage")
     def publish_flow(store_args: dict[str, Any], local_dir: str, run_id: str) -> tuple[str, str]:

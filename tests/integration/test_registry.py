@@ -19,7 +19,7 @@ from mlflow import MlflowClient
 from environments.records import TaskInstance
 from swerl.store import open_store
 from tasks import registry_tasks as reg
-from tasks.run_context import RunRef, tracked
+from tasks.run_context import RunRef, open_run
 from training.evaluation import summarize
 from training.rollout import TrajectorySink
 from training.stages import RunContext
@@ -39,13 +39,13 @@ def run_env(tmp_path, monkeypatch):
                  "tracking.retry_s=5", "storage.retry_s=5"]
     ref = RunRef(preset="smoke", overrides=overrides, run_id=f"reg-{uuid.uuid4().hex[:8]}")
     yield ref
-    t = tracked(ref)
+    t = open_run(ref)
     t.tracker.close(timeout=5)
     assert not t.tracker.dropped, f"tracking data lost: {dict(t.tracker.dropped)}"
 
 
 def reader(ref: RunRef) -> MlflowClient:
-    uri = tracked(ref).tracker.tracking_uri
+    uri = open_run(ref).tracker.tracking_uri
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
@@ -82,7 +82,7 @@ def test_register_promote_and_record_every_decision(run_env, tmp_path, caplog):
     from swerl.model_cache import resolve_model
 
     caplog.set_level(logging.INFO, logger="tasks.registry_tasks")
-    t = tracked(run_env)
+    t = open_run(run_env)
     ctx = t.ctx
     weak = {f"t{i:02d}": 1 for i in range(0, N_TASKS, 3)}  # 4 tasks solved once each
     strong = {f"t{i:02d}": 3 for i in range(N_TASKS)}  # every task, every run
@@ -170,7 +170,7 @@ def test_register_promote_and_record_every_decision(run_env, tmp_path, caplog):
 
 
 def test_a_champion_from_another_eval_set_is_compared_on_its_new_evaluation(run_env, tmp_path):
-    t = tracked(run_env)
+    t = open_run(run_env)
     ctx = t.ctx
     weak = {f"t{i:02d}": 1 for i in range(0, N_TASKS, 3)}
     strong = {f"t{i:02d}": 3 for i in range(N_TASKS)}
@@ -181,9 +181,9 @@ def test_a_champion_from_another_eval_set_is_compared_on_its_new_evaluation(run_
     v_new = reg.register_version(t, "dapo-s1-0", plant_eval(ctx, "dapo", "dapo-s1-0", strong, dataset="evalset-2"))
     assert reg.stale_champion(t, v_new) == v_old
     assert reg.stale_champion(t, v_old) is None  # the champion itself
-    t.tracker.set_version_tags(MODEL, v_old, {"swerl.preset": "gpu-7b"})  # maybe a model we cannot load
+    t.registry.set_version_tags(MODEL, v_old, {"swerl.preset": "gpu-7b"})  # maybe a model we cannot load
     assert reg.stale_champion(t, v_new) is None
-    t.tracker.set_version_tags(MODEL, v_old, {"swerl.preset": ctx.cfg.preset})
+    t.registry.set_version_tags(MODEL, v_old, {"swerl.preset": ctx.cfg.preset})
 
     wrong = plant_eval(ctx, "base", "base", weak, dataset="evalset-2")
     with pytest.raises(ValueError, match=f"the champion is version {v_old}"):
@@ -217,7 +217,7 @@ def test_champion_uri_loads_into_hf_backend_and_generates(run_env, tmp_path):
     upload = tmp_path / "upload"
     shutil.copytree(local, upload, ignore=shutil.ignore_patterns(COMPLETE))
 
-    t = tracked(run_env)
+    t = open_run(run_env)
     ctx = t.ctx
     ctx.store.put_dir(upload, ctx.key("checkpoints", "rft-0"))
     report = plant_eval(ctx, "rft", "rft-0", {"t00": 2})
@@ -261,7 +261,7 @@ def test_registration_is_accepted_by_an_mlflow_server(tmp_path, monkeypatch):
         ref = RunRef(preset="smoke", run_id=f"reg-{uuid.uuid4().hex[:8]}",
                      overrides=[f"storage.uri=file://{tmp_path}/store", f"tracking.uri={srv.url}",
                                 "tracking.retry_s=5", "storage.retry_s=5"])
-        t = tracked(ref)
+        t = open_run(ref)
         ctx = t.ctx
         plant_checkpoint(ctx, "rft-0", tmp_path)
         v_base = reg.register_version(t, "base", plant_eval(ctx, "base", "base", {}))

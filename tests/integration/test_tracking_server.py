@@ -1,4 +1,5 @@
-"""Tracker against real servers: an MLflow server that crashes mid-run, S3 (SeaweedFS) artifacts."""
+"""Tracker and ModelRegistry against real servers: an MLflow server that crashes mid-run, S3
+(SeaweedFS) artifacts."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from mlflow import MlflowClient
 
 from swerl.config import config_from_dict
 from swerl.store import Store
+from tasks.registry import ModelRegistry
 from tasks.tracking import Tracker
 from tests.mlflow_server import mlflow_server
 from tests.s3server import s3_server
@@ -67,16 +69,17 @@ def test_s3_artifact_root_and_registry(tmp_path: Path, monkeypatch):
             "tracking": {"uri": f"sqlite:///{tmp_path}/mlflow.db", "retry_s": 30},
         })
         tracker = Tracker(cfg)
+        registry = ModelRegistry(cfg)
         report = tmp_path / "report.json"
         report.write_text('{"pass@1": 0.3}')
         with tracker.run("eval") as run_id:
             tracker.log_artifact(report, "eval")
             tracker.log_dict({"n": 10}, "eval/summary.json")
-            version = tracker.register_model(s3.uri("store/runs/r/checkpoints/dapo-1"), run_id)
-        tracker.set_alias(tracker.model_name, "champion", version)
+            version = registry.register_model(s3.uri("store/runs/r/checkpoints/dapo-1"), run_id)
+        registry.set_alias(registry.model_name, "champion", version)
         assert tracker.close() == {}
 
         store = Store(s3.uri("store"), endpoint_url=s3.url, key=s3.key, secret=s3.secret)
         assert store.get_text(f"mlflow/{run_id}/artifacts/eval/report.json") == '{"pass@1": 0.3}'
         assert store.exists(f"mlflow/{run_id}/artifacts/eval/summary.json")
-        assert tracker.get_version_by_alias(tracker.model_name, "champion") == version
+        assert registry.get_version_by_alias(registry.model_name, "champion") == version

@@ -1,4 +1,5 @@
-"""Tracker on a temporary SQLite MLflow; outages simulated with a client aimed at a closed port."""
+"""Tracker and ModelRegistry on a temporary SQLite MLflow; outages simulated with a client aimed
+at a closed port."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from mlflow import MlflowClient
 
 from swerl.config import config_from_dict
 from swerl.store import Store
-from tasks.tracking import Tracker, TrackingUnavailable, check_tracking
+from tasks.mlflow_backend import TrackingUnavailable, check_tracking
+from tasks.registry import ModelRegistry
+from tasks.tracking import Tracker
 from tests.s3server import free_ports
 
 pytestmark = pytest.mark.unit
@@ -53,6 +56,11 @@ def tracker(tmp_path, make_cfg):
     t = Tracker(make_cfg(tmp_path))
     yield t
     t.close(timeout=0)
+
+
+@pytest.fixture
+def registry(tracker) -> ModelRegistry:
+    return ModelRegistry(tracker.cfg)
 
 
 @pytest.fixture
@@ -173,24 +181,24 @@ def test_artifacts_land_in_the_store(tracker, tmp_path):
     assert f"mlflow/{run_id}/artifacts/checkpoint/swerl.json" in keys
 
 
-def test_registry(tracker, reader):
-    name = tracker.model_name
+def test_registry(tracker, registry, reader):
+    name = registry.model_name
     with tracker.run("promote") as run_id:
-        assert tracker.get_version_by_alias(name, "champion") is None  # no model yet
-        v1 = tracker.register_model("s3://b/runs/r/checkpoints/rft-0", run_id, tags={"stage": "rft"})
-        v2 = tracker.register_model("s3://b/runs/r/checkpoints/dapo-1", run_id)
+        assert registry.get_version_by_alias(name, "champion") is None  # no model yet
+        v1 = registry.register_model("s3://b/runs/r/checkpoints/rft-0", run_id, tags={"stage": "rft"})
+        v2 = registry.register_model("s3://b/runs/r/checkpoints/dapo-1", run_id)
     assert (v1, v2) == ("1", "2")
-    tracker.set_alias(name, "champion", v1)
-    tracker.set_alias(name, "challenger", v2)
-    assert tracker.get_version_by_alias(name, "champion") == "1"
-    assert tracker.get_version_by_alias(name, "challenger") == "2"
-    assert tracker.get_version_by_alias(name, "retired") is None
-    tracker.set_version_tags(name, v2, {"pass_at_1": 0.31, "sem": 0.02})
+    registry.set_alias(name, "champion", v1)
+    registry.set_alias(name, "challenger", v2)
+    assert registry.get_version_by_alias(name, "champion") == "1"
+    assert registry.get_version_by_alias(name, "challenger") == "2"
+    assert registry.get_version_by_alias(name, "retired") is None
+    registry.set_version_tags(name, v2, {"pass_at_1": 0.31, "sem": 0.02})
     mv = reader.get_model_version(name, "2")
     assert mv.tags == {"pass_at_1": "0.31", "sem": "0.02"}
     assert mv.source == "s3://b/runs/r/checkpoints/dapo-1" and mv.run_id == run_id
     assert reader.get_model_version(name, "1").tags == {"stage": "rft"}
-    assert tracker.get_version_tags(name, 1) == {"stage": "rft"}
+    assert registry.get_version_tags(name, 1) == {"stage": "rft"}
 
 
 def test_outage_buffers_then_everything_lands(tracker, reader):
@@ -270,4 +278,4 @@ def test_relative_sqlite_uri_resolves_against_cwd(tmp_path, monkeypatch, templat
     tracker = Tracker(config_from_dict({"preset": "smoke"}))
     assert tracker.tracking_uri == f"sqlite:///{tmp_path}/.swerl/mlflow.db"
     assert tracker.artifact_location == f"file://{tmp_path}/.swerl/store/mlflow"
-    assert tracker.model_name == "swerl-agent"
+    assert ModelRegistry(tracker.cfg).model_name == "swerl-agent"
