@@ -5,7 +5,7 @@ import inspect
 
 import pytest
 
-from flows import cli
+from flows import cli, cli_ops
 
 pytestmark = pytest.mark.unit
 
@@ -31,6 +31,6 @@ def test_bench_commands_bind_to_the_benchmarks(what, module, names, monkeypatch,
             return {"ok": True}
 
         monkeypatch.setattr(m, name, fake)
-    monkeypatch.setattr(cli, "_tasks_with_images", lambda path: [object()])
+    monkeypatch.setattr(cli_ops, "tasks_with_images", lambda path: [object()])
     assert cli.main(["bench", what, "--preset", "smoke"]) == 0
     assert called == [n for _, n in pairs]

@@ -93,7 +93,7 @@ def test_a_run_uses_the_pinned_dataset_not_the_newest(tmp_path, monkeypatch):
 
 def test_the_regrade_hint_names_the_eval_set_the_run_read_not_the_newest(tmp_path):
     """`swerl evaluate` prints a `swerl grade --tasks ...` line: it must point at the run's set."""
-    from flows.cli import _eval_tasks_location
+    from flows.cli_runs import eval_tasks_location
     from training.stages import RunContext, pinned_dataset
 
     store = Store(f"file://{tmp_path}/s")
@@ -103,7 +103,7 @@ def test_the_regrade_hint_names_the_eval_set_the_run_read_not_the_newest(tmp_pat
     assert pinned_dataset(ctx, "eval", "e") == first.hash  # the run's evaluation read this one
     newer = save_dataset(store, "e", tasks(2), {})
     assert newer.hash != first.hash
-    assert _eval_tasks_location(ctx).endswith(f"datasets/e/{first.hash}/tasks.jsonl")
+    assert eval_tasks_location(ctx).endswith(f"datasets/e/{first.hash}/tasks.jsonl")
     assert cfg.data.pinned_hash("eval") is None
     with pytest.raises(ValueError, match="no dataset split"):
         cfg.data.pinned_hash("test")

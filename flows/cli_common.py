@@ -1,0 +1,63 @@
+"""What the `swerl` commands share: the config and run arguments, and small helpers that more
+than one command group uses."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from swerl.config import SwerlConfig, load_config
+
+Handler = Callable[[argparse.Namespace], int]
+SubParsers = Any  # what ArgumentParser.add_subparsers returns (argparse keeps its class private)
+
+
+def load_cli_config(args: argparse.Namespace) -> SwerlConfig:
+    """The config that `--preset` and `--set` name."""
+    return load_config(args.preset, args.set)
+
+
+def add_config_args(p: argparse.ArgumentParser, default: str = "smoke") -> None:
+    p.add_argument("--preset", default=default, help="preset name in configs/ or a YAML path")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set dapo.stages.0.eps_high=0.3")
+
+
+def add_run_args(p: argparse.ArgumentParser, default_preset: str = "smoke") -> None:
+    add_config_args(p, default_preset)
+    p.add_argument("--run-id", help="the run to resume (default: derived from the resolved config)")
+    p.add_argument("--fresh", action="store_true", help="start a new run instead of resuming")
+
+
+def flow_kwargs(args: argparse.Namespace) -> dict:
+    """The preset, overrides and run id a flow takes; `--fresh` names a new run."""
+    run_id = args.run_id
+    if getattr(args, "fresh", False) and not run_id:
+        import time
+
+        from training.stages import default_run_id
+
+        run_id = f"{default_run_id(load_cli_config(args))}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return {"preset": args.preset, "overrides": list(args.set), "run_id": run_id}
+
+
+def where(store: Any, key: str) -> str:
+    """A store object as people reach it: a local path for a file:// store, else its URL."""
+    local = store.local_path(key)
+    return str(local) if local is not None else store.url(key)
+
+
+def tasks_with_images(path: str) -> list:
+    """Load a tasks file (reporting bad lines) and make sure every instance image exists."""
+    from environments.images import ensure_images
+    from environments.records import load_tasks
+
+    report = load_tasks(path)
+    for err in report.errors:
+        print(f"swerl: skipping malformed task: {err}", file=sys.stderr)
+    images = ensure_images(report.tasks)
+    for t in report.tasks:
+        t.image = images[t.instance_id]
+    return report.tasks
