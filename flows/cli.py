@@ -53,7 +53,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def _context(cfg: SwerlConfig, run_id: str | None):
     from swerl.store import open_store
-    from training.stages import RunContext, default_run_id
+    from training.run import RunContext, default_run_id
 
     return RunContext(cfg=cfg, store=open_store(cfg.storage), run_id=run_id or default_run_id(cfg))
 
@@ -68,19 +68,18 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     """Episodes of the current policy on a task set; prints the resolved rate and the time split."""
     import logging
 
-    from training import stages
+    from training import data, stages
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = _config(args)
     if args.tasks:
         cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"tasks_file": args.tasks})})
     ctx = _context(cfg, args.run_id)
-    tasks = stages.load_split(ctx, "train")
+    tasks = data.load_split(ctx, "train")
     if args.max_tasks:
         tasks = tasks[: args.max_tasks]
     stats = stages.rollouts(ctx, "cli", 0, tasks, args.samples or cfg.rollout.samples_per_task, args.model,
-                            max_turns=cfg.rollout.max_turns, max_context=cfg.rollout.max_context_tokens,
-                            sampling=cfg.rollout.sampling)
+                            spec=stages.episode_spec(cfg), sampling=cfg.rollout.sampling)
     _print_summary(f"rollout {ctx.run_id}: {len(tasks)} tasks -> {ctx.store.url(ctx.key('rollouts', 'cli', 0))}",
                    stats.summary())
     return 0
@@ -91,7 +90,7 @@ def _flow_args(args: argparse.Namespace) -> dict:
     if getattr(args, "fresh", False) and not run_id:
         import time
 
-        from training.stages import default_run_id
+        from training.run import default_run_id
 
         run_id = f"{default_run_id(_config(args))}-{time.strftime('%Y%m%d-%H%M%S')}"
     return {"preset": args.preset, "overrides": list(args.set), "run_id": run_id}
@@ -157,11 +156,11 @@ def _where(store, key: str) -> str:
 
 def _eval_tasks_location(ctx) -> str:
     """The tasks file the evaluation read: the preset's eval file, or its dataset's tasks.jsonl."""
-    from training.stages import _find_file, pinned_dataset
+    from training.data import find_file, pinned_dataset
 
     d = ctx.cfg.data
     if d.eval_tasks_file:
-        return _find_file(d.eval_tasks_file)
+        return find_file(d.eval_tasks_file)
     digest = pinned_dataset(ctx, "eval", d.eval_dataset)  # the run's set, not just the newest
     return _where(ctx.store, f"datasets/{d.eval_dataset}/{digest}/tasks.jsonl")
 
@@ -247,12 +246,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         tasks = _tasks_with_images(args.tasks or "environments/fixtures/tasks.jsonl")
         out["grading"] = bench_grading(tasks[0], n=max(3, args.n // 40), env_cfg=cfg.environment)
     elif args.what == "rollout":
-        from training.bench_rollout import bench_rollout
+        from bench.rollout import bench_rollout
 
         out = bench_rollout(model=cfg.rollout.model, env_cfg=cfg.environment, seed=cfg.seed, progress=True,
                             threads=cfg.rollout.infer_threads, dtype=cfg.rollout.dtype)
     else:
-        from training.bench_train import bench_train
+        from bench.train import bench_train
 
         out = bench_train()
     print(json.dumps(out, indent=2, default=str))

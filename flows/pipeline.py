@@ -15,6 +15,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from tasks import stage_tasks as st
 from tasks.run_context import RunRef, tracked
+from training.stages import dapo_plan
 
 
 def _ref(preset: str, overrides: list[str] | None, run_id: str | None) -> RunRef:
@@ -77,11 +78,11 @@ def _dapo_stages(ref: RunRef, pool: list[dict[str, Any]], policy: str, cap: int 
     logger = get_run_logger()
     cfg = tracked(ref).ctx.cfg
     rows, done = [], 0
-    for s, stage in enumerate(cfg.dapo.stages):
-        for it in range(stage.iterations):
+    for stage in dapo_plan(cfg):
+        for it in range(stage.cfg.iterations):
             if cap is not None and done >= cap:
                 return policy
-            policy, metrics = st.dapo_iteration.with_options(**_opts(ref))(ref, s, it, pool, policy)
+            policy, metrics = st.dapo_iteration.with_options(**_opts(ref))(ref, stage, it, pool, policy)
             if checkpoints is not None:
                 checkpoints.append(policy)
             done += 1

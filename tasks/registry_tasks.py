@@ -21,6 +21,7 @@ from prefect import task
 from tasks.run_context import RunRef, Tracked, tracked
 from tasks.stage_tasks import UNIT
 from training import stages
+from training.run import checkpoint_name, has_checkpoint
 from training.promotion import Decision, decide
 
 log = logging.getLogger(__name__)
@@ -220,10 +221,10 @@ def _iterations(t: Tracked) -> list[dict[str, Any]]:
     """DAPO metrics from each complete checkpoint's swerl.json (read alone, not the weights)."""
     ctx = t.ctx
     out = []
-    for s, stage in enumerate(ctx.cfg.dapo.stages):
-        for it in range(stage.iterations):
-            name = stages.checkpoint_name(f"dapo-s{s + 1}", it)
-            if stages.has_checkpoint(ctx, name):
+    for stage in stages.dapo_plan(ctx.cfg):
+        for it in range(stage.cfg.iterations):
+            name = checkpoint_name(stage.name, it)
+            if has_checkpoint(ctx, name):
                 info = ctx.store.get_json(ctx.key("checkpoints", name, "swerl.json"))
                 out.append({"checkpoint": name, **(info.get("metrics") or {})})
     return out

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from swerl.config import SwerlConfig, flat_params, load_config
 from swerl.store import open_store
 from tasks.model_uri import install as install_models_uri
-from training.stages import RunContext, default_run_id
+from training.run import RunContext, default_run_id
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ from prefect.tasks import exponential_backoff
 from environments.records import TaskInstance
 from tasks.retry import retry_on_infra
 from tasks.run_context import RunRef, timed, tracked
-from training import stages
+from training import data, stages
+from training.run import tasks_hash
 
 UNIT = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=10), retry_jitter_factor=0.5,
             retry_condition_fn=retry_on_infra, cache_policy=NO_CACHE, persist_result=True, log_prints=True)
@@ -32,8 +33,8 @@ def load_tasks(ref: RunRef, split: str) -> list[dict[str, Any]]:
     """The split's tasks with their images built (the image build is the retryable part)."""
     with timed(ref, f"data-{split}"):
         t = tracked(ref)
-        tasks = stages.load_split(t.ctx, split)
-        dataset_hash = stages._tasks_hash(tasks)
+        tasks = data.load_split(t.ctx, split)
+        dataset_hash = tasks_hash(tasks)
         t.tracker.log_dataset_input(f"{split}-tasks", dataset_hash,
                                     t.ctx.cfg.data.tasks_file or t.ctx.store.url("datasets"),
                                     len(tasks), context=split, run_id=t.parent())
@@ -70,10 +71,10 @@ def rft(ref: RunRef, train_tasks: list[dict[str, Any]], policy: str = "base") ->
 
 
 @task(name="dapo-iteration", tags=["gpu", "sandbox"], **UNIT)
-def dapo_iteration(ref: RunRef, stage_idx: int, iteration: int, pool: list[dict[str, Any]],
+def dapo_iteration(ref: RunRef, stage: stages.DAPOStagePlan, iteration: int, pool: list[dict[str, Any]],
                    policy: str) -> tuple[str, dict[str, float]]:
     with timed(ref, "dapo"):
-        name, metrics = stages.dapo_iteration(tracked(ref).ctx, stage_idx, iteration, _tasks(pool), policy)
+        name, metrics = stages.dapo_iteration(tracked(ref).ctx, stage, iteration, _tasks(pool), policy)
         _log_checkpoint(ref, "dapo", name)
         return name, metrics
 

@@ -9,8 +9,8 @@ import time
 
 import torch
 
-from swerl.config import DAPOConfig, DAPOStage, TrainConfig
-from training.bench_train import dapo_shaped_samples, load_bench_model
+from swerl.config import DAPOConfig, DAPOStage, SFTConfig
+from bench.train import dapo_shaped_samples, load_bench_model
 from training.dapo import iteration_update
 from training.trainer import Trainer
 
@@ -19,7 +19,7 @@ model, name = load_bench_model()
 samples = dapo_shaped_samples(groups=4, group_size=8, prompt=1115, reply=16, vocab=model.config.vocab_size,
                               common=770)
 stage = DAPOStage(batch_size=16, lr=2e-5, max_turns=1, l_thr=1)
-cfg = DAPOConfig(stages=[stage], train=TrainConfig(dtype="float32"))
+cfg = DAPOConfig(stages=[stage], train=SFTConfig(dtype="float32"))
 trainer = Trainer(model, cfg.train, total_steps=2, lr=stage.lr, schedule="constant", progress=False)
 t0 = time.perf_counter()
 m = iteration_update(trainer, samples, cfg, stage, seed=0)
