@@ -250,6 +250,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         out = bench_rollout(model=cfg.rollout.model, env_cfg=cfg.environment, seed=cfg.seed, progress=True,
                             threads=cfg.rollout.infer_threads, dtype=cfg.rollout.dtype)
+    elif args.what == "update":
+        from bench.update_shape import bench_update
+
+        out = bench_update(seed=cfg.seed)
     else:
         from bench.train import bench_train
 
@@ -447,8 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--tasks", required=True)
     sh.set_defaults(func=cmd_env_shell)
 
-    p = sub.add_parser("bench", help="measure sandboxes and grading, rollouts, or the trainer")
-    p.add_argument("what", choices=["env", "rollout", "train"])
+    p = sub.add_parser("bench", help="measure sandboxes and grading, rollouts, the trainer, or one DAPO update")
+    p.add_argument("what", choices=["env", "rollout", "train", "update"])
     _add_config_args(p)
     p.add_argument("--n", type=int, default=200, help="samples for the env bench")
     p.add_argument("--tasks", help="tasks.jsonl for the grading bench (default: the fixtures)")
