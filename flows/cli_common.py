@@ -37,7 +37,7 @@ def flow_kwargs(args: argparse.Namespace) -> dict:
     if getattr(args, "fresh", False) and not run_id:
         import time
 
-        from training.stages import default_run_id
+        from training.run import default_run_id
 
         run_id = f"{default_run_id(load_cli_config(args))}-{time.strftime('%Y%m%d-%H%M%S')}"
     return {"preset": args.preset, "overrides": list(args.set), "run_id": run_id}

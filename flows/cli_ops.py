@@ -66,12 +66,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
         tasks = tasks_with_images(args.tasks or "environments/fixtures/tasks.jsonl")
         out["grading"] = bench_grading(tasks[0], n=max(3, args.n // 40), env_cfg=cfg.environment)
     elif args.what == "rollout":
-        from training.bench_rollout import bench_rollout
+        from bench.rollout import bench_rollout
 
         out = bench_rollout(model=cfg.rollout.model, env_cfg=cfg.environment, seed=cfg.seed, progress=True,
                             threads=cfg.rollout.infer_threads, dtype=cfg.rollout.dtype)
+    elif args.what == "update":
+        from bench.update_shape import bench_update
+
+        out = bench_update(seed=cfg.seed)
     else:
-        from training.bench_train import bench_train
+        from bench.train import bench_train
 
         out = bench_train()
     print(json.dumps(out, indent=2, default=str))
@@ -79,8 +83,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def add_bench(sub: SubParsers) -> None:
-    p = sub.add_parser("bench", help="measure sandboxes and grading, rollouts, or the trainer")
-    p.add_argument("what", choices=["env", "rollout", "train"])
+    p = sub.add_parser("bench", help="measure sandboxes and grading, rollouts, the trainer, or one DAPO update")
+    p.add_argument("what", choices=["env", "rollout", "train", "update"])
     add_config_args(p)
     p.add_argument("--n", type=int, default=200, help="samples for the env bench")
     p.add_argument("--tasks", help="tasks.jsonl for the grading bench (default: the fixtures)")

@@ -11,7 +11,7 @@ from flows.cli_common import SubParsers, add_config_args, add_run_args, flow_kwa
 
 def _context(cfg: SwerlConfig, run_id: str | None):
     from swerl.store import open_store
-    from training.stages import RunContext, default_run_id
+    from training.run import RunContext, default_run_id
 
     return RunContext(cfg=cfg, store=open_store(cfg.storage), run_id=run_id or default_run_id(cfg))
 
@@ -27,19 +27,18 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     """Episodes of the current policy on a task set; prints the resolved rate and the time split."""
     import logging
 
-    from training import stages
+    from training import data, stages
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = load_cli_config(args)
     if args.tasks:
         cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"tasks_file": args.tasks})})
     ctx = _context(cfg, args.run_id)
-    tasks = stages.load_split(ctx, "train")
+    tasks = data.load_split(ctx, "train")
     if args.max_tasks:
         tasks = tasks[: args.max_tasks]
     stats = stages.rollouts(ctx, "cli", 0, tasks, args.samples or cfg.rollout.samples_per_task, args.model,
-                            max_turns=cfg.rollout.max_turns, max_context=cfg.rollout.max_context_tokens,
-                            sampling=cfg.rollout.sampling)
+                            spec=stages.episode_spec(cfg), sampling=cfg.rollout.sampling)
     _print_summary(f"rollout {ctx.run_id}: {len(tasks)} tasks -> {ctx.store.url(ctx.key('rollouts', 'cli', 0))}",
                    stats.summary())
     return 0
@@ -132,11 +131,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def eval_tasks_location(ctx) -> str:
     """The tasks file the evaluation read: the preset's eval file, or its dataset's tasks.jsonl."""
-    from training.stages import _find_file, pinned_dataset
+    from training.data import find_file, pinned_dataset
 
     d = ctx.cfg.data
     if d.eval_tasks_file:
-        return _find_file(d.eval_tasks_file)
+        return find_file(d.eval_tasks_file)
     digest = pinned_dataset(ctx, "eval", d.eval_dataset)  # the run's set, not just the newest
     return where(ctx.store, f"datasets/{d.eval_dataset}/{digest}/tasks.jsonl")
 

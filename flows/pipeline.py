@@ -19,6 +19,7 @@ from tasks import stage_tasks as st
 from tasks.curate_tasks import curate_task
 from tasks.reports import final_report
 from tasks.run_context import RunRef, open_run
+from training.stages import dapo_plan
 
 # the DAPO metrics shown per iteration in the flow run's table artifact
 DAPO_TABLE_KEYS = ("reward_mean", "resolved_rate", "problems", "groups_kept", "groups_dropped", "loss",
@@ -86,11 +87,11 @@ def _run_dapo(ref: RunRef, pool: list[dict[str, Any]], policy: str, cap: int | N
     name is appended to `checkpoints`. Returns the last policy."""
     logger = get_run_logger()
     rows, done = [], 0
-    for idx, dapo_stage in enumerate(open_run(ref).ctx.cfg.dapo.stages):
-        for it in range(dapo_stage.iterations):
+    for dapo_stage in dapo_plan(open_run(ref).ctx.cfg):
+        for it in range(dapo_stage.cfg.iterations):
             if cap is not None and done >= cap:
                 return policy
-            policy, metrics = _run(st.dapo_iteration, ref, idx, it, pool, policy)
+            policy, metrics = _run(st.dapo_iteration, ref, dapo_stage, it, pool, policy)
             if checkpoints is not None:
                 checkpoints.append(policy)
             done += 1

@@ -153,7 +153,9 @@ class TrainerConfig(Strict):
     accelerate_config: str | None = None  # infra/accelerate/*.yaml for multi-GPU
 
 
-class TrainConfig(TrainerConfig):
+class SFTConfig(TrainerConfig):
+    """RFT's supervised fine-tune: what it learns from (lr, batch, epochs) plus how it runs."""
+
     lr: float = Field(5e-6, gt=0)
     batch_size: int = Field(8, ge=1)
     epochs: int = Field(1, ge=1)
@@ -168,7 +170,7 @@ class RFTConfig(Strict):
     # episodes as plain SFT targets, with no importance ratio, so a cooler sampler is allowed
     # here: it buys more resolved episodes from a weak base model.
     sampling: Sampling | None = None
-    train: TrainConfig = Field(default_factory=TrainConfig)
+    train: SFTConfig = Field(default_factory=SFTConfig)
 
 
 class DAPOStage(Strict):

@@ -10,7 +10,8 @@ from prefect import task
 
 from tasks.retry import RETRYABLE_TASK
 from tasks.run_context import RunRef, TrackedRun, open_run
-from training import stages
+from training.run import checkpoint_name, has_checkpoint
+from training.stages import dapo_plan
 
 KNOWN_EVAL_ORDER = ("base", "rft", "dapo")
 
@@ -42,10 +43,10 @@ def _dapo_iteration_metrics(t: TrackedRun) -> list[dict[str, Any]]:
     """DAPO metrics from each complete checkpoint's swerl.json (read alone, not the weights)."""
     ctx = t.ctx
     out = []
-    for s, dapo_stage in enumerate(ctx.cfg.dapo.stages):
-        for it in range(dapo_stage.iterations):
-            name = stages.checkpoint_name(f"dapo-s{s + 1}", it)
-            if stages.has_checkpoint(ctx, name):
+    for dapo_stage in dapo_plan(ctx.cfg):
+        for it in range(dapo_stage.cfg.iterations):
+            name = checkpoint_name(dapo_stage.name, it)
+            if has_checkpoint(ctx, name):
                 info = ctx.store.get_json(ctx.key("checkpoints", name, "swerl.json"))
                 out.append({"checkpoint": name, **(info.get("metrics") or {})})
     return out

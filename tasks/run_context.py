@@ -20,7 +20,7 @@ from swerl.store import open_store
 from tasks.model_uri import install as install_models_uri
 from tasks.registry import ModelRegistry
 from tasks.tracking import Tracker
-from training.stages import RunContext, default_run_id
+from training.run import RunContext, default_run_id
 
 
 class RunRef(BaseModel):

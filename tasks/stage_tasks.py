@@ -17,7 +17,8 @@ from environments.records import TaskInstance
 from tasks.reports import publish_evaluation
 from tasks.retry import RETRYABLE_TASK
 from tasks.run_context import RunRef, open_run, timed
-from training import stages
+from training import data, stages
+from training.run import tasks_hash
 
 
 def _tasks(dicts: list[dict[str, Any]]) -> list[TaskInstance]:
@@ -29,8 +30,8 @@ def load_tasks(ref: RunRef, split: str) -> list[dict[str, Any]]:
     """The split's tasks with their images built (the image build is the retryable part)."""
     with timed(ref, f"data-{split}"):
         t = open_run(ref)
-        tasks = stages.load_split(t.ctx, split)
-        dataset_hash = stages._tasks_hash(tasks)
+        tasks = data.load_split(t.ctx, split)
+        dataset_hash = tasks_hash(tasks)
         t.tracker.log_dataset_input(f"{split}-tasks", dataset_hash,
                                     t.ctx.cfg.data.tasks_file or t.ctx.store.url("datasets"),
                                     len(tasks), context=split, run_id=t.parent())
@@ -66,11 +67,11 @@ def rft(ref: RunRef, train_tasks: list[dict[str, Any]], policy: str = "base") ->
 
 
 @task(name="dapo-iteration", tags=["gpu", "sandbox"], **RETRYABLE_TASK)
-def dapo_iteration(ref: RunRef, dapo_stage_idx: int, iteration: int, pool: list[dict[str, Any]],
+def dapo_iteration(ref: RunRef, dapo_stage: stages.DAPOStagePlan, iteration: int, pool: list[dict[str, Any]],
                    policy: str) -> tuple[str, dict[str, float]]:
-    """Iteration `iteration` of DAPO stage `cfg.dapo.stages[dapo_stage_idx]`."""
+    """Iteration `iteration` of one DAPO stage."""
     with timed(ref, "dapo"):
-        name, metrics = stages.dapo_iteration(open_run(ref).ctx, dapo_stage_idx, iteration, _tasks(pool), policy)
+        name, metrics = stages.dapo_iteration(open_run(ref).ctx, dapo_stage, iteration, _tasks(pool), policy)
         _log_checkpoint(ref, "dapo", name)
         return name, metrics
 

@@ -1,12 +1,9 @@
 """The agent loop: sample an action, run it in the gym, append the observation, repeat.
 
-An `Episode` is a small state machine so that the rollout engine can interleave many of them and
-batch their generation; `run_episode` drives one alone and reads as the whole loop on one screen.
-
-Token exactness is the invariant everything here protects: `Episode.ids` is always exactly what
-the model will be given next, it only ever grows by the ids the model sampled and the ids of the
-observation wrapped for it, and the trajectory records both, so `training_sample(traj)` rebuilds
-the same sequence without re-tokenising anything.
+An `Episode` is a small state machine, so that the rollout engine can interleave many and batch
+their generation; `run_episode` drives one alone and is the whole loop on one screen.
+`Episode.ids` is always exactly what the model is given next: it grows only by sampled ids and
+the ids of the wrapped observation, and the trajectory records both (no re-tokenising).
 """
 
 from __future__ import annotations
@@ -14,31 +11,55 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
+from environments import prompts
 from environments.curation.statements import LINE_HINT
 from environments.records import TaskInstance
 from environments.sandbox import SandboxError
 from training.chat import ChatFormat
 from training.inference.base import Completion, InferenceBackend, SamplingParams
+from training.rewards import RewardFn, resolved_reward, reward
 from training.trajectory import Trajectory, Turn
 
 MIN_NEW_TOKENS = 16  # below this the model cannot write a command: the context is full
 GRADE_INFRA_PREFIX = "sandbox:"  # environments.grading marks verdicts lost to the sandbox so
 
-RewardFn = Callable[[Trajectory], float]
 
-
-def resolved_reward(traj: Trajectory) -> float:
-    return float(traj.status == "resolved")
-
-
-@dataclass
+@dataclass(frozen=True)
 class AgentLimits:
     max_turns: int
     max_context_tokens: int
     max_new_tokens: int
     episode_timeout_s: float = 3600.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpisodeSpec:
+    """What one episode is: how the agent is prompted, how long it may go, how it is paid.
+
+    Built once per rollout from the config (`training.run.episode_spec`) and handed down whole.
+    `l_thr` is the paper's turn-penalty threshold; None pays 1 for resolved, 0 otherwise.
+    """
+
+    limits: AgentLimits
+    action_format: str
+    window: int = 100  # lines the file viewer shows
+    one_shot: bool = False  # the worked example precedes the task
+    prompt_style: str = "full"  # must match the env's (SWEEnv prompt_style / show_source)
+    show_source: bool = False
+    observation_max_chars: int = 4000
+    l_thr: int | None = None
+
+    def messages(self, first_observation: str, task: TaskInstance) -> list[dict[str, str]]:
+        line_hint = task.meta.get("hint_level") == LINE_HINT
+        return build_messages(first_observation, self.action_format, self.window, self.one_shot,
+                              self.prompt_style, self.show_source, line_hint)
+
+    def reward(self, traj: Trajectory) -> float:
+        if self.l_thr is None:
+            return resolved_reward(traj)
+        return reward(traj.status == "resolved", traj.num_turns, self.l_thr, self.limits.max_turns)
 
 
 def turn_seed(base: int | None, task_id: str, sample_index: int, turn: int) -> int | None:
@@ -128,8 +149,6 @@ def build_messages(first_observation: str, action_format: str, window: int, one_
                    style: str = "full", show_source: bool = False, line_hint: bool = False) -> list[dict[str, str]]:
     """System prompt with the tool docs, the optional worked example (stated like the task:
     `line_hint` for hint-level-4 tasks), then the task."""
-    from environments import prompts
-
     messages = [{"role": "system", "content": prompts.system_prompt(action_format, window, style)}]
     if one_shot:
         messages += prompts.one_shot_demo(action_format, style, show_source, line_hint)
@@ -137,18 +156,16 @@ def build_messages(first_observation: str, action_format: str, window: int, one_
     return messages
 
 
-def start_episode(task: TaskInstance, sample_index: int, env: Any, chat: ChatFormat, limits: AgentLimits,
-                  policy_version: str, action_format: str, window: int, one_shot: bool,
-                  seed: int | None = None, style: str = "full", show_source: bool = False) -> Episode:
+def start_episode(task: TaskInstance, sample_index: int, env: Any, chat: ChatFormat, spec: EpisodeSpec,
+                  policy_version: str, seed: int | None = None) -> Episode:
     """Reset the env (starts its sandbox) and render the opening messages once, as ids."""
     t0 = time.monotonic()
     first = env.reset()  # the task statement, as the agent sees it, with the cwd footer
-    line_hint = task.meta.get("hint_level") == LINE_HINT
-    ids = chat.prompt_ids(build_messages(first, action_format, window, one_shot, style, show_source, line_hint))
+    ids = chat.prompt_ids(spec.messages(first, task))
     traj = Trajectory(task_id=task.instance_id, sample_index=sample_index, policy_version=policy_version,
                       prompt_token_ids=list(ids))
     traj.timings["reset_s"] = time.monotonic() - t0
-    return Episode(task=task, env=env, traj=traj, ids=list(ids), limits=limits, seed=seed)
+    return Episode(task=task, env=env, traj=traj, ids=list(ids), limits=spec.limits, seed=seed)
 
 
 def episode_patch(ep: Episode) -> str:
@@ -201,9 +218,9 @@ def run_episode(task: TaskInstance, sample_index: int, env: Any, backend: Infere
                 one_shot: bool = False, reward_fn: RewardFn = resolved_reward) -> Trajectory:
     """One episode, start to verdict, with no batching: the agent loop in its plainest form."""
     sampling = chat.sampling(sampling)
+    spec = EpisodeSpec(limits=limits, action_format=action_format, window=window, one_shot=one_shot)
     try:
-        ep = start_episode(task, sample_index, env, chat, limits, backend.policy_version, action_format, window,
-                           one_shot, seed=sampling.seed)
+        ep = start_episode(task, sample_index, env, chat, spec, backend.policy_version, seed=sampling.seed)
         while (req := ep.next_request()) is not None:
             t0 = time.monotonic()
             [completion] = backend.generate([req.ids], sampling.with_(max_new_tokens=req.max_new_tokens,

@@ -1,24 +1,10 @@
 """From TrainingSamples to padded micro-batches that fit a token budget.
 
-Agent trajectories vary from a few hundred to tens of thousands of tokens. Padding every
-sequence of a minibatch to the longest one wastes most of the compute, so each optimizer step's
-rows are sorted by length and cut greedily into micro-batches whose padded size
-(rows x longest row) stays under ``micro_batch_tokens``: neighbours in sorted order have similar
-lengths, so padding stays small.
-
-Samples that share a prefix share a row. A DAPO group's G samples begin with the same prompt
-(1,100 tokens in cpu-demo) and differ in their replies (~15 tokens), and the prompts of different
-tasks begin with the same ~770 tokens of instructions and example: as separate rows, 98% of the
-compute goes into copies of the same tokens. A packed row holds the samples' prompts as a trie
-(a shared prefix once, then each branch), then each sample's continuation; a 4D attention mask
-lets a token see its own branch and the branches above it only, and position ids go on from
-where each branch starts, so every logprob (and gradient) equals the unpacked one up to float
-rounding. Only prompts are shared (tokens before a sample's first loss token): the columns of a
-shared token carry no loss, so it does not matter whose they are. It needs an attention that
-takes a custom mask (sdpa, eager); varlen kernels are not needed. A custom mask costs L x L
-memory and rules out fused causal kernels, so a row is packed only while it is short
-(PACK_MAX_ROW_TOKENS) and the sharing saves a quarter of its tokens or more; long agent
-trajectories behind a short prompt stay unpacked.
+Rows are sorted by length and cut greedily into micro-batches whose padded size stays under
+``micro_batch_tokens``. Samples that share a prompt share a row: a packed row holds the prompts
+as a trie, then each sample's continuation, with a 4D attention mask and position ids that give
+every logprob (and gradient) of the unpacked rows. Only short rows whose sharing saves a
+quarter of their tokens are packed (the mask is L x L). docs/history/training.md has the why.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""DAPO: rewards, group advantages, dynamic sampling, the clipped token-level loss, one update.
+"""DAPO: group advantages, dynamic sampling, the clipped token-level loss, one policy update.
 
-The math (``dapo_loss``, ``turn_penalty``, ``reward``, ``group_advantages``,
-``dynamic_sampling``) is pure and unit-tested against hand-computed numbers;
-``iteration_update`` drives the shared Trainer with it.
+The math (``group_advantages``, ``dynamic_sampling``, ``dapo_loss``) is pure and unit-tested
+against hand-computed numbers; ``iteration_update`` runs the shared Trainer with that same
+``dapo_loss``, normalisation included. Rewards are in ``training.rewards``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from swerl.config import DAPOConfig, DAPOStage, SwerlConfig
-from training.batching import minibatches
+from swerl.config import DAPOConfig, DAPOStage
+from training.batching import MicroBatch, minibatches
 from training.trainer import Trainer, progress_bar
 from training.trajectory import TrainingSample, Trajectory, training_sample
 
@@ -28,22 +28,7 @@ log = logging.getLogger(__name__)
 MISMATCH_BOUND = math.log(2.0)
 
 
-# ---- rewards and advantages -------------------------------------------------------------
-def turn_penalty(turns: int, l_thr: int, t_max: int) -> float:
-    """Zero below ``l_thr`` turns, then linear down to -1 at the turn limit ``t_max``.
-
-    Long episodes cost rollout time; the penalty steers towards solving in fewer turns without
-    touching short episodes.
-    """
-    if turns <= l_thr:  # at l_thr the line starts at 0 (and l_thr == t_max would divide by 0)
-        return 0.0
-    return (l_thr - turns) / (t_max - l_thr)
-
-
-def reward(resolved: bool, turns: int, l_thr: int, t_max: int) -> float:
-    return float(resolved) + turn_penalty(turns, l_thr, t_max)
-
-
+# ---- advantages ---------------------------------------------------------------------------
 def group_advantages(rewards: list[float], delta: float) -> list[float]:
     """(R - mean) / (std + delta) within one prompt's group.
 
@@ -131,20 +116,30 @@ def clip_sums(ratio: Tensor, advantages: Tensor, mask: Tensor, eps_low: float,
 
 
 def dapo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, loss_mask: Tensor,
-              eps_low: float, eps_high: float) -> tuple[Tensor, dict[str, float]]:
-    """Clipped surrogate, summed over all masked tokens of the batch / their count.
+              eps_low: float, eps_high: float, *, token_count: float | None = None,
+              tis_weight: Tensor | None = None, ref_logprobs: Tensor | None = None,
+              kl_coef: float = 0.0) -> tuple[Tensor, dict[str, float]]:
+    """Clipped surrogate, summed over all masked tokens / their count (the trainer passes the
+    whole step's `token_count`, so micro-batches add up to the step's mean).
 
     Token-level normalisation (DAPO): every token weighs the same, whichever sequence it is in.
-    logprobs, old_logprobs, loss_mask: [B, T]; advantages: [B] or [B, T].
+    logprobs, old_logprobs, loss_mask: [B, T]; advantages: [B] or [B, T]. Optional: truncated
+    importance weights from the sampler mismatch (`tis_weight`) and a k3 KL term to a reference.
     """
     mask = loss_mask.to(logprobs.dtype)
     obj, ratio = clipped_objective(logprobs, old_logprobs, advantages, eps_low, eps_high)
+    if tis_weight is not None:
+        obj = obj * tis_weight
+    token_loss = -obj
+    if kl_coef > 0:
+        token_loss = token_loss + kl_coef * kl_k3(logprobs, ref_logprobs)
     n = float(mask.sum())
-    loss = -(obj * mask).sum() / max(n, 1.0)
-    metrics = {k: v / max(n, 1.0) for k, v in clip_sums(ratio, advantages, mask, eps_low, eps_high).items()}
-    masked = ratio.detach()[mask > 0]
-    metrics["ratio_max"] = float(masked.max()) if n else 1.0
-    metrics["ratio_min"] = float(masked.min()) if n else 1.0
+    denom = max(n if token_count is None else token_count, 1.0)
+    loss = (token_loss * mask).sum() / denom
+    metrics = {k: v / denom for k, v in clip_sums(ratio, advantages, mask, eps_low, eps_high).items()}
+    if n:
+        masked = ratio.detach()[mask > 0]
+        metrics["ratio_max"], metrics["ratio_min"] = float(masked.max()), float(masked.min())
     metrics["tokens"] = n
     return loss, metrics
 
@@ -220,26 +215,67 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def iteration_update(trainer: Trainer | nn.Module, samples: list[TrainingSample],
-                     cfg: DAPOConfig | SwerlConfig, stage: DAPOStage | None = None, *,
-                     ref_model: nn.Module | None = None, group_stats: dict[str, float] | None = None,
+def dapo_trainer(model: nn.Module, cfg: DAPOConfig, stage: DAPOStage, total_steps: int,
+                 temperature: float = 1.0, progress: bool = True) -> Trainer:
+    """The Trainer a DAPO stage updates with: its lr, constant after warmup, the sampler's T."""
+    return Trainer(model, cfg.train, total_steps=max(1, total_steps), lr=stage.lr, chunk=cfg.logprob_chunk,
+                   schedule="constant", temperature=temperature, progress=progress)
+
+
+def mismatch_metrics(trainer: Trainer, samples: list[TrainingSample], index: list[int],
+                     old: list[Tensor | None], warn_kl: float) -> dict[str, float]:
+    """The sampler/trainer logprob mismatch over all processes, as metrics; warns on a jump."""
+    local = mismatch_stats(samples, index, old)
+    sums = dict(zip(local, trainer.global_sum(list(local.values()))))
+    n = max(sums["tokens"], 1.0)
+    out = {
+        "mismatch/abs_diff_mean": sums["abs_diff"] / n,
+        "mismatch/kl_k3": sums["kl_k3"] / n,
+        "mismatch/share_over_bound": sums["over_bound"] / n,
+        "mismatch/samples_without_logprobs": sums["missing"],
+        "mismatch/warn": float(sums["kl_k3"] / n > warn_kl),
+    }
+    if out["mismatch/warn"]:
+        log.warning("sampler/trainer logprob mismatch jumped: KL(k3)=%.4f > %.4f (mean |diff| %.4f)",
+                    out["mismatch/kl_k3"], warn_kl, out["mismatch/abs_diff_mean"])
+    return out
+
+
+def step_summary(steps: list[dict[str, float]], seconds: float) -> dict[str, float]:
+    """An update's optimizer steps as one set of metrics, token-weighted where they are means."""
+    weights = [s["loss_tokens"] for s in steps]
+    total_w = max(sum(weights), 1.0)
+    out = {key: sum(s.get(key, 0.0) * w for s, w in zip(steps, weights)) / total_w
+           for key in ("loss", "entropy", "clip_frac_low", "clip_frac_high", "ratio_mean")}
+    for key, pick in (("ratio_max", max), ("ratio_min", min)):
+        seen = [s[key] for s in steps if key in s]
+        if seen:
+            out[key] = pick(seen)
+    tokens = sum(s["tokens"] for s in steps)
+    return out | {
+        "grad_norm": _mean([s["grad_norm"] for s in steps]),
+        "grad_norm_max": max(s["grad_norm"] for s in steps),
+        "lr": steps[-1]["lr"],
+        "steps": float(len(steps)),
+        "tokens": tokens,
+        "loss_tokens": sum(weights),
+        "time_s": seconds,
+        "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+    }
+
+
+def iteration_update(trainer: Trainer, samples: list[TrainingSample], cfg: DAPOConfig, stage: DAPOStage,
+                     *, ref_model: nn.Module | None = None, group_stats: dict[str, float] | None = None,
                      seed: int = 0, temperature: float = 1.0) -> dict[str, float]:
     """One DAPO policy update over an iteration's samples (advantages already set).
 
-    Old logprobs are recomputed by the trainer with the weights as they are before any step,
-    then the data is passed over ONCE in shuffled minibatches of ``stage.batch_size``
-    trajectories per optimizer step. Pass a Trainer to keep AdamW state across iterations; a
-    bare model gets a fresh one (lr = stage.lr, constant after warmup). ``temperature`` is the
+    Old logprobs are recomputed with the weights as they are before any step, then the data is
+    passed over ONCE in shuffled minibatches of ``stage.batch_size`` trajectories per optimizer
+    step. Keep one Trainer across iterations to carry AdamW state over. ``temperature`` is the
     sampler's: the policy trained is the one the rollouts were drawn from.
     """
-    dcfg = cfg.dapo if isinstance(cfg, SwerlConfig) else cfg
-    stage = stage or dcfg.stages[0]
     if stage.kl_coef > 0 and ref_model is None:
         raise ValueError(f"kl_coef={stage.kl_coef} needs a ref_model")
-    plan_all = minibatches(len(samples), stage.batch_size, seed)
-    if not isinstance(trainer, Trainer):
-        trainer = Trainer(trainer, dcfg.train, total_steps=max(1, len(plan_all)), lr=stage.lr,
-                          chunk=dcfg.logprob_chunk, schedule="constant", temperature=temperature)
     if trainer.temperature != temperature:
         raise ValueError(f"trainer temperature {trainer.temperature} != sampler temperature {temperature}")
     metrics: dict[str, float] = dict(group_stats or {})
@@ -247,63 +283,23 @@ def iteration_update(trainer: Trainer | nn.Module, samples: list[TrainingSample]
         log.warning("DAPO iteration has no samples with a nonzero advantage: no update")
         return metrics | {"steps": 0.0, "tokens": 0.0}
     t0 = time.perf_counter()
-    plan = [trainer.shard(b) for b in plan_all]
-    mine = sorted({i for b in plan for i in b})
+    plan = [trainer.shard(b) for b in minibatches(len(samples), stage.batch_size, seed)]
+    own = sorted({i for b in plan for i in b})  # this process's samples
 
-    old = _score_samples(trainer, samples, mine)
-    local = mismatch_stats(samples, mine, old)
-    mm = dict(zip(local, trainer.global_sum(list(local.values()))))
-    n_mm = max(mm["tokens"], 1.0)
-    metrics.update({
-        "mismatch/abs_diff_mean": mm["abs_diff"] / n_mm,
-        "mismatch/kl_k3": mm["kl_k3"] / n_mm,
-        "mismatch/share_over_bound": mm["over_bound"] / n_mm,
-        "mismatch/samples_without_logprobs": mm["missing"],
-        "mismatch/warn": float(mm["kl_k3"] / n_mm > dcfg.mismatch_warn_kl),
-    })
-    if metrics["mismatch/warn"]:
-        log.warning("sampler/trainer logprob mismatch jumped: KL(k3)=%.4f > %.4f (mean |diff| %.4f)",
-                    metrics["mismatch/kl_k3"], dcfg.mismatch_warn_kl, metrics["mismatch/abs_diff_mean"])
-
+    old = _score_samples(trainer, samples, own)
+    metrics.update(mismatch_metrics(trainer, samples, own, old, cfg.mismatch_warn_kl))
     extras: dict[str, list] = {"old_logprobs": old}
-    if dcfg.tis_cap is not None:
-        extras["tis_weight"] = tis_weights(samples, old, dcfg.tis_cap)
+    if cfg.tis_cap is not None:
+        extras["tis_weight"] = tis_weights(samples, old, cfg.tis_cap)
     if stage.kl_coef > 0:
-        extras["ref_logprobs"] = _score_samples(trainer, samples, mine, model=ref_model.to(trainer.device),
+        extras["ref_logprobs"] = _score_samples(trainer, samples, own, model=ref_model.to(trainer.device),
                                                 desc="ref logprobs")
 
-    def loss_fn(lp: Tensor, mb) -> tuple[Tensor, dict[str, float]]:
-        obj, ratio = clipped_objective(lp, mb.extras["old_logprobs"], mb.advantages,
-                                       stage.eps_low, stage.eps_high)
-        if "tis_weight" in mb.extras:
-            obj = obj * mb.extras["tis_weight"]
-        token_loss = -obj
-        if "ref_logprobs" in mb.extras:
-            token_loss = token_loss + stage.kl_coef * kl_k3(lp, mb.extras["ref_logprobs"])
-        return token_loss * mb.loss_mask, clip_sums(ratio, mb.advantages, mb.loss_mask,
-                                                    stage.eps_low, stage.eps_high)
+    def loss_fn(lp: Tensor, mb: MicroBatch, token_count: float) -> tuple[Tensor, dict[str, float]]:
+        return dapo_loss(lp, mb.extras["old_logprobs"], mb.advantages, mb.loss_mask, stage.eps_low,
+                         stage.eps_high, token_count=token_count, tis_weight=mb.extras.get("tis_weight"),
+                         ref_logprobs=mb.extras.get("ref_logprobs"), kl_coef=stage.kl_coef)
 
-    steps = []
-    for index in progress_bar(plan, "dapo update", trainer.progress):
-        batches = trainer.micro_batches(samples, index, extras)
-        steps.append(trainer.step(batches, loss_fn))
-
-    weights = [s["loss_tokens"] for s in steps]
-    total_w = max(sum(weights), 1.0)
-    for key in ("loss", "entropy", "clip_frac_low", "clip_frac_high", "ratio_mean"):
-        metrics[key] = sum(s[key] * w for s, w in zip(steps, weights)) / total_w
-    elapsed = time.perf_counter() - t0
-    tokens = sum(s["tokens"] for s in steps)
-    metrics.update({
-        "grad_norm": _mean([s["grad_norm"] for s in steps]),
-        "grad_norm_max": max(s["grad_norm"] for s in steps),
-        "lr": steps[-1]["lr"],
-        "steps": float(len(steps)),
-        "samples": float(len(samples)),
-        "tokens": tokens,
-        "loss_tokens": sum(weights),
-        "time_s": elapsed,
-        "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
-    })
-    return metrics
-
+    steps = [trainer.step(trainer.micro_batches(samples, index, extras), loss_fn)
+             for index in progress_bar(plan, "dapo update", trainer.progress)]
+    return metrics | step_summary(steps, time.perf_counter() - t0) | {"samples": float(len(samples))}

@@ -22,6 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from training.evaluation import swebench_report  # noqa: E402
+from training.run import RunContext, stored_trajectories  # noqa: E402
 from training.trajectory import Trajectory  # noqa: E402
 
 COLORS = ["#8C8C8C", "#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B2", "#937860", "#DA8BC3"]
@@ -236,16 +237,14 @@ def write_eval_outputs(out_dir: Path, report: dict[str, Any], trajectories: list
     return [*files, *images, md]
 
 
-def publish_eval(ctx: Any, label: str, trajectories: list[Trajectory] | None = None,
+def publish_eval(ctx: RunContext, label: str, trajectories: list[Trajectory] | None = None,
                  report: dict[str, Any] | None = None) -> list[Path]:
     """Write one evaluation's outputs and put them next to its report.json in the store.
 
-    `ctx` is a training.stages.RunContext. What is not passed is read back from the store (the
+    What is not passed is read back from the store (the
     report, the evaluation's episodes), so a report can be rebuilt long after the run; passing
     both lets the evaluation write these before its report.json, which marks it finished.
     """
-    from training.stages import stored_trajectories
-
     prefix = ctx.key("eval", label)
     if report is None:
         report = ctx.store.get_json(f"{prefix}/report.json")

@@ -17,7 +17,7 @@ from typing import Any
 from torch import Tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from swerl.config import RFTConfig, TrainConfig
+from swerl.config import RFTConfig, SFTConfig
 from training.batching import MicroBatch, minibatches
 from training.trainer import Trainer, progress_bar
 from training.trajectory import TrainingSample, Trajectory, training_sample
@@ -25,8 +25,9 @@ from training.trajectory import TrainingSample, Trajectory, training_sample
 log = logging.getLogger(__name__)
 
 
-def sft_loss(lp: Tensor, mb: MicroBatch) -> tuple[Tensor, dict[str, float]]:
-    return -lp * mb.loss_mask, {}
+def sft_loss(lp: Tensor, mb: MicroBatch, token_count: float) -> tuple[Tensor, dict[str, float]]:
+    """Negative log-likelihood of the loss tokens, over the step's loss-token count."""
+    return -(lp * mb.loss_mask).sum() / token_count, {}
 
 
 def sft_samples(trajectories: list[Trajectory]) -> list[TrainingSample]:
@@ -56,7 +57,7 @@ def sft_update(trainer: Trainer, samples: list[TrainingSample], epochs: int, bat
     return history
 
 
-def train(trajectories: list[Trajectory], model_path: str | Path, cfg: RFTConfig | TrainConfig,
+def train(trajectories: list[Trajectory], model_path: str | Path, cfg: RFTConfig | SFTConfig,
           out_dir: str | Path, *, chunk: int = 1024, info: dict[str, Any] | None = None,
           seed: int = 0) -> Path:
     """SFT ``model_path`` on the resolved ``trajectories``; write a checkpoint to ``out_dir``."""

@@ -1,17 +1,11 @@
 """The rollout engine: many episodes at once, one batched generate call per round.
 
-Each active episode sits in a slot that is either waiting for the policy or running one env
-operation (start, step, grade) in a thread: those are docker round trips, I/O-bound, so threads
-overlap them with generation. Generation is compute-bound and done here, in one batched call
-over every episode waiting for its next turn; when some episodes are still in an env step the
-call waits a little for them (`batch_wait_s`, or a share of the last call's duration), because
-a batch of 8 costs far less than 8 batches of 1 and a straggler left out costs a whole call.
-
-Finished episodes are written to the store one record each, so a killed job re-run skips them.
-Infrastructure failures (SandboxError, OSError, an env operation past its deadline; also an
-unexpected exception from the env, logged with its traceback as the bug it is) restart the
-episode from scratch up to `infra_retries` times and are then recorded as status "error" with
-the reason: never as a reward.
+Each active episode is in one phase: starting (its sandbox and task are being set up), waiting
+for the policy, acting (its sampled action runs in the sandbox) or grading. Env operations are
+docker round trips, so they run in threads while generation, which is compute-bound, runs here
+in one batched call over every episode waiting for the policy. Finished episodes go to the
+store one record each, so a re-run skips them. Infrastructure failures restart an episode up
+to `infra_retries` times and are then recorded as status "error", never as a reward.
 """
 
 from __future__ import annotations
@@ -21,16 +15,17 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Callable, Iterable
 
 from tqdm import tqdm
 
 from environments.records import TaskInstance
 from environments.sandbox import SandboxError, install_exit_handlers
-from training.agent import (AgentLimits, Episode, Request, RewardFn, episode_patch, grade_episode,
-                            start_episode)
+from training.agent import Episode, EpisodeSpec, Request, finish_episode, start_episode
 from training.chat import ChatFormat
 from training.inference.base import Completion, InferenceBackend, SamplingParams
+from training.rewards import RewardFn
 from training.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -42,22 +37,19 @@ class EnvTimeout(SandboxError):
     """An env operation ran past its deadline: the sandbox is presumed hung."""
 
 
+# An unexpected exception from env code is handled the same way, logged with its traceback.
 INFRA_ERRORS = (SandboxError, OSError)  # EnvTimeout is a SandboxError
 
 
-@dataclass
-class RolloutSpec:
-    limits: AgentLimits
+@dataclass(frozen=True, kw_only=True)
+class RolloutSpec(EpisodeSpec):
+    """An episode spec plus how the engine runs many of them."""
+
     sampling: SamplingParams
-    action_format: str
-    window: int = 100
-    one_shot: bool = False
-    prompt_style: str = "full"  # must match the env's (SWEEnv prompt_style / show_source)
-    show_source: bool = False
     concurrency: int = 4  # episodes (hence sandboxes) at once
     infra_retries: int = 2  # an episode lost to an infra error is started again this many times
-    # how long a generate call waits for episodes still in an env step: at least batch_wait_s, or
-    # this share of the last generate call's duration (a straggler left out costs a whole call)
+    # how long a generate call waits for episodes still acting: at least batch_wait_s, or this
+    # share of the last generate call's duration (a straggler left out costs a whole call)
     batch_wait_s: float = 1.0
     batch_wait_share: float = 0.25
     env_timeout_s: float = 900.0  # a reset or step past this is a hung sandbox: infra error
@@ -212,204 +204,251 @@ def _close(env: Any) -> None:
         log.warning("closing an env failed: %s", e)
 
 
+class Phase(StrEnum):
+    """Where an episode is; the values name the phase in error reasons ("step: SandboxDead ...")."""
+
+    STARTING = "start"
+    WAITING_FOR_POLICY = "ready"
+    ACTING = "step"
+    GRADING = "grade"
+
+
 @dataclass
 class _Slot:
-    """One active episode: where it is and what it is waiting for."""
+    """One active episode: its phase and the env operation it is waiting for."""
 
     task: TaskInstance
     index: int
     attempt: int
     env: Any = None
     ep: Episode | None = None
-    phase: str = "start"  # start -> ready <-> step -> ready ... -> grade
+    phase: Phase = Phase.STARTING
     fut: Future | None = None
     timeout: float = float("inf")
     deadline: float = float("inf")
     abandoned: bool = False  # set when the engine gave up on it; a late start closes its env
 
 
-def _start(slot: _Slot, env_factory: EnvFactory, chat: ChatFormat, spec: RolloutSpec, policy_version: str
-           ) -> Episode:
-    slot.env = env = env_factory(slot.task)
-    try:
-        ep = start_episode(slot.task, slot.index, env, chat, spec.limits, policy_version, spec.action_format,
-                           spec.window, spec.one_shot, seed=spec.sampling.seed, style=spec.prompt_style,
-                           show_source=spec.show_source)
-    except BaseException:
-        _close(env)
-        raise
-    if slot.abandoned:  # the engine gave up while reset ran: nobody else will close this sandbox
-        _close(env)
-    return ep
+class RolloutEngine:
+    """Runs `samples` episodes of every task; see the module docstring for the phases."""
 
+    def __init__(self, backend: InferenceBackend, env_factory: EnvFactory, spec: RolloutSpec,
+                 reward_fn: RewardFn, sink: TrajectorySink | None = None, progress: bool = True):
+        self.backend, self.env_factory, self.spec, self.reward_fn = backend, env_factory, spec, reward_fn
+        self.sink = sink or TrajectorySink(None, "")
+        self.progress = progress
+        self.chat = ChatFormat.from_tokenizer(backend.tokenizer)
+        self.sampling = self.chat.sampling(spec.sampling)
+        self.stats = RolloutStats()
+        self.todo: list[tuple[TaskInstance, int, int]] = []  # (task, sample index, attempt)
+        self.slots: list[_Slot] = []
+        self.closing: list[Future] = []  # closes of abandoned (hung) envs, joined before returning
+        self.waiting_since: float | None = None  # when the oldest unserved request became ready
+        self.last_gen_s = 0.0
 
-def _finish(ep: Episode, reward_fn: RewardFn, grade_retries: int) -> Trajectory:
-    return grade_episode(ep, episode_patch(ep), reward_fn, grade_retries)
+    def run(self, tasks: Iterable[TaskInstance], samples: int) -> RolloutStats:
+        install_exit_handlers()  # sandboxes start in worker threads; SIGTERM must still close them
+        self._plan(tasks, samples)
+        self.bar = tqdm(total=len(self.todo) + self.stats.reused, initial=self.stats.reused, desc="rollout",
+                        disable=not self.progress, unit="ep")
+        t_start = time.monotonic()
+        try:
+            while self.todo or self.slots:
+                self._start_episodes()
+                self._harvest()
+                batch = self._requests()
+                if not batch:
+                    self._wait(self._futures(), self._until_next_deadline())
+                elif (left := self._patience_left(batch)) > 0:
+                    self._wait(self._futures(Phase.STARTING, Phase.ACTING), left)
+                else:
+                    self._generate(batch)
+        finally:
+            self._abandon_all()
+            self.bar.close()
+        self.stats.wall_s = time.monotonic() - t_start
+        return self.stats
 
+    # ---- the loop's steps ------------------------------------------------------------------
+    def _plan(self, tasks: Iterable[TaskInstance], samples: int) -> None:
+        """Queue every episode the store does not already hold (errors are redone)."""
+        finished = self.sink.done()
+        for task in tasks:
+            for i in range(samples):
+                old = finished.get(f"{task.instance_id}__{i}")
+                if old is not None and not (self.spec.redo_errors and old.status == "error"):
+                    self.stats.trajectories.append(old)
+                    self.stats.reused += 1
+                else:
+                    self.todo.append((task, i, 0))
 
-# ---------------------------------------------------------------------------- the engine
+    def _start_episodes(self) -> None:
+        while self.todo and len(self.slots) < self.spec.concurrency:
+            task, i, attempt = self.todo.pop(0)
+            slot = _Slot(task, i, attempt)
+            self.slots.append(slot)
+            self._run_op(slot, Phase.STARTING, self.spec.env_timeout_s, self._start, slot)
 
-
-def collect(tasks: Iterable[TaskInstance], samples: int, backend: InferenceBackend, env_factory: EnvFactory,
-            spec: RolloutSpec, reward_fn: RewardFn, sink: TrajectorySink | None = None,
-            progress: bool = True) -> RolloutStats:
-    """Run `samples` episodes of every task; return all trajectories, reused ones included."""
-    install_exit_handlers()  # sandboxes start in worker threads; SIGTERM must still close them
-    chat = ChatFormat.from_tokenizer(backend.tokenizer)
-    sampling = chat.sampling(spec.sampling)
-    sink = sink or TrajectorySink(None, "")
-    stats = RolloutStats()
-    finished = sink.done()
-    todo: list[tuple[TaskInstance, int, int]] = []  # (task, sample index, attempt)
-    for task in tasks:
-        for i in range(samples):
-            old = finished.get(f"{task.instance_id}__{i}")
-            if old is not None and not (spec.redo_errors and old.status == "error"):
-                stats.trajectories.append(old)
-                stats.reused += 1
-            else:
-                todo.append((task, i, 0))
-    bar = tqdm(total=len(todo) + stats.reused, initial=stats.reused, desc="rollout", disable=not progress,
-               unit="ep")
-    t_start = time.monotonic()
-    slots: list[_Slot] = []
-    closing: list[Future] = []  # closes of abandoned (hung) envs, joined before returning
-
-    def record(traj: Trajectory) -> None:
-        sink.put(traj)
-        stats.trajectories.append(traj)
-        stats.episodes += 1
-        bar.update(1)
-        bar.set_postfix(resolved=sum(t.status == "resolved" for t in stats.trajectories))
-
-    def infra_error(slot: _Slot, err: BaseException, hung: bool = False) -> None:
-        """Retry the episode from scratch, or record it as an error once retries are spent."""
-        slots.remove(slot)
-        slot.abandoned = True
-        if slot.env is not None:
-            if hung:  # its thread is stuck in the env: closing (removing the container) frees it
-                closing.append(_spawn(_close, slot.env))
-            else:
-                _close(slot.env)
-        reason = f"{type(err).__name__}: {err}"
-        if slot.attempt < spec.infra_retries:
-            stats.infra_retries += 1
-            log.warning("episode %s#%d: infra error in %s (%s); starting it again", slot.task.instance_id,
-                        slot.index, slot.phase, reason)
-            todo.append((slot.task, slot.index, slot.attempt + 1))
-            return
-        log.error("episode %s#%d: infra error in %s after %d attempts: %s", slot.task.instance_id, slot.index,
-                  slot.phase, slot.attempt + 1, reason)
-        traj = slot.ep.traj if slot.ep else Trajectory(slot.task.instance_id, slot.index,
-                                                       backend.policy_version, [])
-        traj.status, traj.error_reason, traj.exit_reason = "error", f"{slot.phase}: {reason}", "error"
-        traj.reward = 0.0
-        traj.meta["attempts"] = slot.attempt + 1
-        record(traj)
-
-    def run(slot: _Slot, phase: str, timeout: float, fn: Callable[..., Any], *args: Any) -> None:
-        slot.phase, slot.timeout, slot.deadline = phase, timeout, time.monotonic() + timeout
-        slot.fut = _spawn(fn, *args)
-
-    def harvest() -> None:
+    def _harvest(self) -> None:
         """Move every slot whose env operation ended (or overran) to its next phase."""
         now = time.monotonic()
-        for slot in list(slots):
+        for slot in list(self.slots):
             fut = slot.fut
             if fut is None:
                 continue
             if not fut.done():
                 if now > slot.deadline:
-                    infra_error(slot, EnvTimeout(f"{slot.phase} did not finish within {slot.timeout:g} s"), hung=True)
+                    self._infra_error(slot, EnvTimeout(f"{slot.phase} did not finish within {slot.timeout:g} s"),
+                                      hung=True)
                 continue
             slot.fut = None
             try:
                 value, took = fut.result()
             except INFRA_ERRORS as e:
-                infra_error(slot, e)
+                self._infra_error(slot, e)
                 continue
             except Exception as e:  # noqa: BLE001 - a bug of ours in one episode must not end the run
                 log.error("episode %s#%d: unexpected %s in %s (a swerl bug: please report it)",
                           slot.task.instance_id, slot.index, type(e).__name__, slot.phase, exc_info=e)
-                infra_error(slot, e)
+                self._infra_error(slot, e)
                 continue
-            if slot.phase == "start":
-                slot.ep, slot.phase = value, "ready"
-                stats.env_time_s += took
-            elif slot.phase == "step":
-                slot.phase = "ready"
-                stats.env_time_s += took
-            else:  # grade
-                slots.remove(slot)
-                stats.grade_time_s += value.timings.get("grade_s", 0.0)
-                record(value)
+            self._advance(slot, value, took)
 
-    def generate_round(batch: list[tuple[_Slot, Request]]) -> None:
-        # a shared token budget per call; episodes near their context limit get their own call
+    def _advance(self, slot: _Slot, value: Any, took: float) -> None:
+        if slot.phase == Phase.GRADING:
+            self.slots.remove(slot)
+            self.stats.grade_time_s += value.timings.get("grade_s", 0.0)
+            self._record(value)
+            return
+        if slot.phase == Phase.STARTING:
+            slot.ep = value
+        slot.phase = Phase.WAITING_FOR_POLICY
+        self.stats.env_time_s += took
+
+    def _requests(self) -> list[tuple[_Slot, Request]]:
+        """Next turns of the episodes waiting for the policy; episodes that are over go to grading."""
+        batch = []
+        for slot in self.slots:
+            if slot.phase != Phase.WAITING_FOR_POLICY:
+                continue
+            assert slot.ep is not None
+            req = slot.ep.next_request()
+            if req is None:
+                self._run_op(slot, Phase.GRADING, self.spec.grade_timeout_s, finish_episode, slot.ep,
+                             self.reward_fn, self.spec.infra_retries)
+            else:
+                batch.append((slot, req))
+        return batch
+
+    def _patience_left(self, batch: list[tuple[_Slot, Request]]) -> float:
+        """Seconds to keep waiting for episodes still starting or acting before generating `batch`."""
+        self.waiting_since = self.waiting_since or time.monotonic()
+        if not self._futures(Phase.STARTING, Phase.ACTING) or len(batch) >= self.spec.concurrency:
+            return 0.0
+        patience = max(self.spec.batch_wait_s, self.spec.batch_wait_share * self.last_gen_s)
+        return self.waiting_since + patience - time.monotonic()
+
+    def _generate(self, batch: list[tuple[_Slot, Request]]) -> None:
+        """One call per token budget (episodes near their context limit get their own call)."""
+        self.waiting_since = None
+        t0 = time.monotonic()
         by_budget: dict[int, list[tuple[_Slot, Request]]] = {}
         for slot, req in batch:
             by_budget.setdefault(req.max_new_tokens, []).append((slot, req))
         for budget in sorted(by_budget, reverse=True):
             group = by_budget[budget]
-            t0 = time.monotonic()
-            completions = generate(backend, [r.ids for _, r in group], sampling.with_(max_new_tokens=budget),
-                                   [r.seed for _, r in group])
-            dt = time.monotonic() - t0
-            stats.gen_time_s += dt
-            stats.generate_calls += 1
-            stats.batch_sizes.append(len(group))
-            stats.generated_tokens += sum(len(c.token_ids) for c in completions)
-            stats.prompt_tokens += sum(len(r.ids) for _, r in group)
+            t1 = time.monotonic()
+            completions = generate(self.backend, [r.ids for _, r in group],
+                                   self.sampling.with_(max_new_tokens=budget), [r.seed for _, r in group])
+            dt = time.monotonic() - t1
+            self._count_generation(group, completions, dt)
             for (slot, _), comp in zip(group, completions):
                 assert slot.ep is not None
-                run(slot, "step", spec.env_timeout_s, slot.ep.apply, comp, chat, dt)
+                self._run_op(slot, Phase.ACTING, self.spec.env_timeout_s, slot.ep.apply, comp, self.chat, dt)
+        self.last_gen_s = time.monotonic() - t0
 
-    waiting_since: float | None = None  # when the oldest unserved request became ready
-    last_gen_s = 0.0
-    try:
-        while todo or slots:
-            while todo and len(slots) < spec.concurrency:
-                task, i, attempt = todo.pop(0)
-                slot = _Slot(task, i, attempt)
-                slots.append(slot)
-                run(slot, "start", spec.env_timeout_s, _start, slot, env_factory, chat, spec,
-                    backend.policy_version)
-            harvest()
-            batch = []
-            for slot in slots:
-                if slot.phase != "ready":
-                    continue
-                assert slot.ep is not None
-                req = slot.ep.next_request()
-                if req is None:
-                    run(slot, "grade", spec.grade_timeout_s, _finish, slot.ep, reward_fn, spec.infra_retries)
-                else:
-                    batch.append((slot, req))
-            coming = [s.fut for s in slots if s.phase in ("start", "step") and s.fut is not None]
-            if batch:
-                waiting_since = waiting_since or time.monotonic()
-                patience = max(spec.batch_wait_s, spec.batch_wait_share * last_gen_s)
-                left = waiting_since + patience - time.monotonic()
-                if coming and left > 0 and len(batch) < spec.concurrency:
-                    wait(coming, timeout=left, return_when=FIRST_COMPLETED)
-                    continue
-                waiting_since = None
-                t0 = time.monotonic()
-                generate_round(batch)
-                last_gen_s = time.monotonic() - t0
-                continue
-            pending = [s.fut for s in slots if s.fut is not None]
-            if pending:
-                next_deadline = min(s.deadline for s in slots if s.fut is not None)
-                wait(pending, timeout=max(0.01, min(next_deadline - time.monotonic(), 5.0)),
-                     return_when=FIRST_COMPLETED)
-    finally:
-        for slot in slots:  # an exception or Ctrl-C: no sandbox may outlive the call
+    def _wait(self, futures: list[Future], timeout: float) -> None:
+        if futures:
+            wait(futures, timeout=timeout, return_when=FIRST_COMPLETED)
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def _start(self, slot: _Slot) -> Episode:
+        slot.env = env = self.env_factory(slot.task)
+        try:
+            ep = start_episode(slot.task, slot.index, env, self.chat, self.spec, self.backend.policy_version,
+                               seed=self.spec.sampling.seed)
+        except BaseException:
+            _close(env)
+            raise
+        if slot.abandoned:  # the engine gave up while reset ran: nobody else will close this sandbox
+            _close(env)
+        return ep
+
+    def _run_op(self, slot: _Slot, phase: Phase, timeout: float, fn: Callable[..., Any], *args: Any) -> None:
+        slot.phase, slot.timeout, slot.deadline = phase, timeout, time.monotonic() + timeout
+        slot.fut = _spawn(fn, *args)
+
+    def _futures(self, *phases: Phase) -> list[Future]:
+        return [s.fut for s in self.slots if s.fut is not None and (not phases or s.phase in phases)]
+
+    def _until_next_deadline(self) -> float:
+        deadlines = [s.deadline for s in self.slots if s.fut is not None]
+        return max(0.01, min(min(deadlines, default=0.0) - time.monotonic(), 5.0))
+
+    def _count_generation(self, group: list[tuple[_Slot, Request]], completions: list[Completion],
+                          seconds: float) -> None:
+        st = self.stats
+        st.gen_time_s += seconds
+        st.generate_calls += 1
+        st.batch_sizes.append(len(group))
+        st.generated_tokens += sum(len(c.token_ids) for c in completions)
+        st.prompt_tokens += sum(len(r.ids) for _, r in group)
+
+    def _record(self, traj: Trajectory) -> None:
+        self.sink.put(traj)
+        self.stats.trajectories.append(traj)
+        self.stats.episodes += 1
+        self.bar.update(1)
+        self.bar.set_postfix(resolved=sum(t.status == "resolved" for t in self.stats.trajectories))
+
+    def _infra_error(self, slot: _Slot, err: BaseException, hung: bool = False) -> None:
+        """Retry the episode from scratch, or record it as an error once retries are spent."""
+        self.slots.remove(slot)
+        slot.abandoned = True
+        if slot.env is not None:
+            if hung:  # its thread is stuck in the env: closing (removing the container) frees it
+                self.closing.append(_spawn(_close, slot.env))
+            else:
+                _close(slot.env)
+        reason = f"{type(err).__name__}: {err}"
+        if slot.attempt < self.spec.infra_retries:
+            self.stats.infra_retries += 1
+            log.warning("episode %s#%d: infra error in %s (%s); starting it again", slot.task.instance_id,
+                        slot.index, slot.phase, reason)
+            self.todo.append((slot.task, slot.index, slot.attempt + 1))
+            return
+        log.error("episode %s#%d: infra error in %s after %d attempts: %s", slot.task.instance_id, slot.index,
+                  slot.phase, slot.attempt + 1, reason)
+        traj = slot.ep.traj if slot.ep else Trajectory(slot.task.instance_id, slot.index,
+                                                       self.backend.policy_version, [])
+        traj.status, traj.error_reason, traj.exit_reason = "error", f"{slot.phase}: {reason}", "error"
+        traj.reward = 0.0
+        traj.meta["attempts"] = slot.attempt + 1
+        self._record(traj)
+
+    def _abandon_all(self) -> None:
+        """An exception or Ctrl-C: no sandbox may outlive the call."""
+        for slot in self.slots:
             slot.abandoned = True
             if slot.env is not None:
-                closing.append(_spawn(_close, slot.env))
-        if closing:
-            wait(closing, timeout=60)
-        bar.close()
-    stats.wall_s = time.monotonic() - t_start
-    return stats
+                self.closing.append(_spawn(_close, slot.env))
+        if self.closing:
+            wait(self.closing, timeout=60)
+
+
+def collect(tasks: Iterable[TaskInstance], samples: int, backend: InferenceBackend, env_factory: EnvFactory,
+            spec: RolloutSpec, reward_fn: RewardFn | None = None, sink: TrajectorySink | None = None,
+            progress: bool = True) -> RolloutStats:
+    """Run `samples` episodes of every task; return all trajectories, reused ones included.
+    `reward_fn` defaults to the spec's own reward."""
+    return RolloutEngine(backend, env_factory, spec, reward_fn or spec.reward, sink, progress).run(tasks, samples)

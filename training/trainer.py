@@ -1,12 +1,9 @@
 """The one training loop shared by RFT and DAPO: micro-batches in, one optimizer step out.
 
-A step's loss is the sum of per-token losses over every micro-batch of the step divided by the
-number of loss tokens in the whole step (on all processes): token-level normalisation, so a long
-trajectory weighs by its tokens and gradient accumulation gives exactly the full-batch gradient.
-
-Everything goes through ``accelerate``: run as a plain script it is one process (CPU or one GPU);
-under ``accelerate launch --config_file infra/accelerate/{fsdp,deepspeed-zero3}.yaml`` the same
-code shards the model. Callers give each process its own share of samples (``shard``).
+A step's loss is the sum of per-token losses over every micro-batch of the step (on all
+processes) divided by the step's loss-token count, so gradient accumulation gives exactly the
+full-batch gradient. Run as a plain process it is one CPU or GPU; under `accelerate launch` the
+same code shards the model. Callers give each process its own share of samples (`shard`).
 """
 
 from __future__ import annotations
@@ -26,16 +23,33 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
-from swerl.config import TrainConfig
+from swerl.config import SFTConfig
 from training.batching import MicroBatch, micro_batches, split_rows
 from training.checkpoint import save_checkpoint
 from training.logprobs import PACKABLE_ATTENTION, token_logprobs
 from training.precision import resolve_dtype
 from training.trajectory import TrainingSample
 
-# loss_fn(logprobs [b, L-1], batch) -> (per-token loss [b, L-1], zero off the loss mask;
-#                                      metric sums to add up over the step)
-LossFn = Callable[[Tensor, MicroBatch], tuple[Tensor, dict[str, float]]]
+# loss_fn(logprobs [b, L-1], batch, token_count) -> (loss summed over the batch's loss tokens
+# / token_count, metrics). token_count is the whole step's, so the losses of a step's
+# micro-batches add up to its mean; metrics add up the same way, except `*_max`/`*_min` keys.
+LossFn = Callable[[Tensor, MicroBatch, float], tuple[Tensor, dict[str, float]]]
+
+
+def combine_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
+    """Metrics of several micro-batches (or processes) as one: sums, or extremes for `*_max`/`*_min`."""
+    out: dict[str, float] = {}
+    for part in parts:
+        for k, v in part.items():
+            if k not in out:
+                out[k] = v
+            elif k.endswith("_max"):
+                out[k] = max(out[k], v)
+            elif k.endswith("_min"):
+                out[k] = min(out[k], v)
+            else:
+                out[k] += v
+    return out
 
 
 def lr_factor(step: int, warmup: int, total: int, schedule: Literal["cosine", "constant"],
@@ -55,7 +69,7 @@ def lr_factor(step: int, warmup: int, total: int, schedule: Literal["cosine", "c
 class Trainer:
     """Model + AdamW + schedule + accelerator. Keep one per stage so AdamW state carries over."""
 
-    def __init__(self, model: nn.Module, cfg: TrainConfig, total_steps: int, *,
+    def __init__(self, model: nn.Module, cfg: SFTConfig, total_steps: int, *,
                  lr: float | None = None, chunk: int = 1024,
                  schedule: Literal["cosine", "constant"] = "cosine", pad_id: int = 0,
                  progress: bool = True, temperature: float = 1.0):
@@ -93,16 +107,12 @@ class Trainer:
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
         return self.accelerator.reduce(t, reduction="sum").tolist()
 
-    def global_sum_dict(self, values: dict[str, float]) -> dict[str, float]:
-        """Like global_sum, for dicts whose keys may differ between ranks (a rank that only ran
+    def global_metrics(self, values: dict[str, float]) -> dict[str, float]:
+        """`combine_metrics` over processes; keys may differ between ranks (a rank that only ran
         padding micro-batches has no loss-specific metrics)."""
         if self.accelerator.num_processes == 1:
             return values
-        out: dict[str, float] = {}
-        for d in gather_object([values]):
-            for k, v in d.items():
-                out[k] = out.get(k, 0.0) + v
-        return out
+        return combine_metrics(gather_object([values]))
 
     def _dummy(self) -> MicroBatch:
         ids = torch.full((1, 2), self.pad_id, dtype=torch.long)
@@ -174,10 +184,9 @@ class Trainer:
         loss_tokens, real_tokens = self.global_sum(
             [sum(b.loss_tokens for b in batches), sum(b.real_tokens for b in batches)])
         batches = self._even_out(batches)
-        # Gradients are averaged over processes, so scale back up to a global token sum.
-        scale = self.accelerator.num_processes / max(loss_tokens, 1.0)
+        token_count = max(loss_tokens, 1.0)
         self.model.train()
-        sums: dict[str, float] = {"loss": 0.0, "entropy": 0.0}
+        parts: list[dict[str, float]] = []
         for k, mb in enumerate(batches):
             mb = mb.to(self.device)
             with self._accumulating(last=k == len(batches) - 1):
@@ -186,26 +195,22 @@ class Trainer:
                                              with_entropy=True, temperature=self.temperature,
                                              position_ids=mb.position_ids, only=head_positions(mb))
                 if mb.index:
-                    token_loss, stats = loss_fn(lp.float(), mb)
+                    loss, stats = loss_fn(lp.float(), mb, token_count)
                 else:  # a padding micro-batch (see _even_out): forward/backward, zero loss
-                    token_loss, stats = lp.float() * 0.0, {}
-                loss = token_loss.sum() * scale
-                self.accelerator.backward(loss)
-            sums["loss"] += float(token_loss.detach().sum())
-            sums["entropy"] += float((ent * mb.loss_mask).sum())
-            for key, v in stats.items():
-                sums[key] = sums.get(key, 0.0) + float(v)
+                    loss, stats = lp.float().sum() * 0.0, {}
+                # gradients are averaged over processes: scale back up to the global token sum
+                self.accelerator.backward(loss * self.accelerator.num_processes)
+            parts.append({**stats, "loss": float(loss.detach()),
+                          "entropy": float((ent * mb.loss_mask).sum()) / token_count})
         grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.steps_done += 1
-        totals = self.global_sum_dict(sums)
-        denom = max(loss_tokens, 1.0)
         elapsed = time.perf_counter() - t0
         return {
-            **{k: v / denom for k, v in totals.items()},  # token means
+            **self.global_metrics(combine_metrics(parts)),  # token means over the step
             "grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
             "lr": lr,
             "loss_tokens": loss_tokens,

@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, Qwen2Config  # noqa: E402
 
-from swerl.config import TrainConfig  # noqa: E402
+from swerl.config import SFTConfig  # noqa: E402
 from training.batching import micro_batches  # noqa: E402
-from training.fixtures import synthetic_samples  # noqa: E402
+from bench.synthetic import synthetic_samples  # noqa: E402
 from training.rft import sft_loss  # noqa: E402
 from training.trainer import Trainer  # noqa: E402
 
@@ -73,7 +73,7 @@ def run(size: str, seq_len: int, seqs_per_step: int, micro_batch_tokens: int, st
     torch.manual_seed(0)
     with device:
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn)
-    tcfg = TrainConfig(lr=1e-6, micro_batch_tokens=micro_batch_tokens, warmup_ratio=0.0,
+    tcfg = SFTConfig(lr=1e-6, micro_batch_tokens=micro_batch_tokens, warmup_ratio=0.0,
                        gradient_checkpointing=checkpointing,
                        dtype="bfloat16" if device.type == "cuda" else "float32")
     trainer = Trainer(model, tcfg, total_steps=steps + warmup, chunk=chunk, progress=False)

@@ -21,7 +21,7 @@ from swerl.config import load_config
 from swerl.store import COMPLETE, Store, StoreUnavailable, hash_dir
 from tests.s3server import S3Endpoint, SeaweedFS, s3_server
 from tests.store_contract import read_tree
-from training import stages
+from training import run as run_context
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -52,7 +52,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
 
     from training.checkpoint import save_checkpoint
-    from training.fixtures import tiny_llama
+    from bench.synthetic import tiny_llama
 
     torch.manual_seed(0)
     out = tmp_path_factory.mktemp("ckpt") / NAME
@@ -191,8 +191,8 @@ def describe(outage: Outage, reader: Reader) -> str:
             f"+ {outage.back_at - outage.restart_at:.1f}s restart")
 
 
-def run_ctx(store: Store, run_id: str | None = None) -> stages.RunContext:
-    return stages.RunContext(cfg=load_config("smoke"), store=store,
+def run_ctx(store: Store, run_id: str | None = None) -> run_context.RunContext:
+    return run_context.RunContext(cfg=load_config("smoke"), store=store,
                              run_id=run_id or f"outage-{uuid.uuid4().hex[:8]}", progress=False)
 
 
@@ -217,7 +217,7 @@ def test_store_retry_window_outlasts_the_outage(args, s3, checkpoint, tmp_path):
     restorer, watcher = outage.restore_later(), reader.start()
     try:
         t0 = time.monotonic()
-        assert stages.publish_checkpoint(ctx, checkpoint, NAME) == key
+        assert run_context.publish_checkpoint(ctx, checkpoint, NAME) == key
         done_at = time.monotonic()
     finally:
         outage.killed.set()  # never leave the restorer waiting
@@ -243,7 +243,7 @@ def publish_attempt(store_args: dict[str, Any], local_dir: str, run_id: str) -> 
     """What a worker does: a fresh store client from its settings, then the stage's publish."""
     ctx = run_ctx(Store(**store_args, retry_s=SHORT_RETRY_S), run_id)
     try:
-        key = stages.publish_checkpoint(ctx, local_dir, NAME)
+        key = run_context.publish_checkpoint(ctx, local_dir, NAME)
     except Exception as e:
         ATTEMPTS.append(type(e).__name__)
         raise

@@ -22,7 +22,7 @@ from tasks import registry_tasks as reg
 from tasks.run_context import RunRef, open_run
 from training.evaluation import summarize
 from training.rollout import TrajectorySink
-from training.stages import RunContext
+from training.run import RunContext
 from training.trajectory import Trajectory
 
 pytestmark = pytest.mark.integration

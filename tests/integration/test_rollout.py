@@ -56,7 +56,7 @@ def tasks():
 def test_real_rollout_is_token_exact(tasks, default_model_dir):  # noqa: F811 - fixture
     """Through the prefix-caching backend, the one rollouts should use on CPU: its reuse of
     keys/values must not show in what the trajectories record."""
-    from training.prefix_cache import PrefixCachingHFBackend
+    from training.inference.prefix_cache import PrefixCachingHFBackend
 
     cached = PrefixCachingHFBackend(str(default_model_dir), seed=0)
     backend = RecordingBackend(cached)

@@ -31,7 +31,7 @@ def job(store_uri: str, session_file: str, sweep_session: str | None) -> None:
     from swerl.config import EnvironmentConfig
     from swerl.store import Store
     from training.agent import AgentLimits, resolved_reward
-    from training.bench_rollout import ready_fixture_tasks
+    from bench.rollout import ready_fixture_tasks
     from training.inference.hf import HFBackend
     from training.inference.base import SamplingParams
     from training.rollout import RolloutSpec, TrajectorySink, collect
@@ -65,7 +65,7 @@ def _records(root: Path) -> dict[str, bytes]:
 def test_killed_job_resumes_without_redoing_finished_episodes(tmp_path):
     if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         pytest.skip("docker is not available")
-    from training.bench_rollout import ready_fixture_tasks
+    from bench.rollout import ready_fixture_tasks
 
     ready_fixture_tasks(N_TASKS)  # build images here, not inside the timed job
     store = tmp_path / "store"

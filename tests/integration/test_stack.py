@@ -349,7 +349,7 @@ def _error_episodes(stack: Stack, run: StoredRun) -> set[str]:
 
 
 def _dapo_checkpoints(cfg: Any) -> list[str]:
-    from training.stages import checkpoint_name
+    from training.run import checkpoint_name
 
     return [checkpoint_name(f"dapo-s{s + 1}", i) for s, stage in enumerate(cfg.dapo.stages)
             for i in range(stage.iterations)]

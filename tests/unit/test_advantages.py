@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from training.dapo import (dynamic_sampling, group_advantages, reward, samples_from_groups,
-                           turn_penalty)
-from training.fixtures import make_trajectory
+from training.dapo import dynamic_sampling, group_advantages, samples_from_groups
+from training.rewards import reward, turn_penalty
+from bench.synthetic import make_trajectory
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import torch
 
 from training.checkpoint import (COMPLETE, IncompleteCheckpoint, latest_complete, load_checkpoint,
                                  save_checkpoint)
-from training.fixtures import tiny_llama, tiny_tokenizer
+from bench.synthetic import tiny_llama, tiny_tokenizer
 
 pytestmark = pytest.mark.unit
 

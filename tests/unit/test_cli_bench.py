@@ -11,8 +11,9 @@ pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize("what, module, names", [
-    ("rollout", "training.bench_rollout", ["bench_rollout"]),
-    ("train", "training.bench_train", ["bench_train"]),
+    ("rollout", "bench.rollout", ["bench_rollout"]),
+    ("train", "bench.train", ["bench_train"]),
+    ("update", "bench.update_shape", ["bench_update"]),
     ("env", None, None),
 ])
 def test_bench_commands_bind_to_the_benchmarks(what, module, names, monkeypatch, capsys):

@@ -8,7 +8,7 @@ import torch
 
 from training.batching import collate
 from training.dapo import dapo_loss, kl_k3
-from training.fixtures import make_trajectory, tiny_llama
+from bench.synthetic import make_trajectory, tiny_llama
 from training.logprobs import naive_token_logprobs, token_logprobs
 from training.trajectory import training_sample
 

@@ -44,7 +44,7 @@ def test_stage2_rule_uses_history():
 def _dynamic_ctx(tmp_path, min_kept: int, cap: int | None):
     from swerl.config import load_config
     from swerl.store import Store
-    from training.stages import RunContext
+    from training.run import RunContext
 
     sets = ["dapo.stages=[{problems_per_iteration: 2, group_size: 2, max_turns: 3, l_thr: 3, "
             f"min_groups_kept: {min_kept}, max_problems_per_iteration: {'null' if cap is None else cap}}}]"]
@@ -73,8 +73,8 @@ def test_dynamic_sampling_draws_more_problems_until_enough_groups_carry_a_gradie
     calls: list[list[str]] = []
     monkeypatch.setattr(stages, "rollouts", _fake_rollouts(solved, calls))
     ctx = _dynamic_ctx(tmp_path, min_kept=2, cap=8)
-    order = [t.instance_id for t in stages.dapo_problems(ctx, pool, 0, 0)]
-    drawn, stats, draws = stages.dapo_rollouts(ctx, 0, 0, pool, "base")
+    order = [t.instance_id for t in stages.dapo_problems(ctx, pool, stages.dapo_plan(ctx.cfg)[0], 0)]
+    drawn, stats, draws = stages.dapo_rollouts(ctx, stages.dapo_plan(ctx.cfg)[0], 0, pool, "base")
     # draws of 2 in the seeded order, stopping at the first draw that brings the mixed groups to 2
     mixed_after = [sum(solved[x] == 1 for x in order[:n]) for n in range(2, 9, 2)]
     want = next(i for i, m in enumerate(mixed_after) if m >= 2) + 1
@@ -89,10 +89,12 @@ def test_dynamic_sampling_stops_at_the_cap_and_is_off_by_default(tmp_path, monke
     pool = [_task(x) for x in "abcdef"]
     calls: list[list[str]] = []
     monkeypatch.setattr(stages, "rollouts", _fake_rollouts(dict.fromkeys("abcdef", 0), calls))
-    drawn, _, draws = stages.dapo_rollouts(_dynamic_ctx(tmp_path, 1, 5), 0, 0, pool, "base")
+    ctx = _dynamic_ctx(tmp_path, 1, 5)
+    drawn, _, draws = stages.dapo_rollouts(ctx, stages.dapo_plan(ctx.cfg)[0], 0, pool, "base")
     assert draws == 3 and [len(c) for c in calls] == [2, 2, 1] and len(drawn) == 5  # nothing mixed: up to the cap
     calls.clear()
-    drawn, _, draws = stages.dapo_rollouts(_dynamic_ctx(tmp_path, 0, None), 0, 0, pool, "base")
+    ctx = _dynamic_ctx(tmp_path, 0, None)
+    drawn, _, draws = stages.dapo_rollouts(ctx, stages.dapo_plan(ctx.cfg)[0], 0, pool, "base")
     assert draws == 1 and len(drawn) == 2
 
 
@@ -119,12 +121,12 @@ def test_the_stage2_rule_sees_earlier_iterations_only_so_a_resumed_iteration_dra
                                _traj(task, i, "resolved").to_json())
 
     store(0, "a")  # iteration 0 solved a every time
-    before = [t.instance_id for t in stages.dapo_problems(ctx, pool, 0, 1)]
+    before = [t.instance_id for t in stages.dapo_problems(ctx, pool, stages.dapo_plan(ctx.cfg)[0], 1)]
     assert "a" not in before and len(before) == 5
     store(1, "b")  # iteration 1's own episodes, as a resume finds them
     store(2, "c")
-    assert [t.instance_id for t in stages.dapo_problems(ctx, pool, 0, 1)] == before
-    assert {t.instance_id for t in stages.dapo_problems(ctx, pool, 0, 2)} == set("cdef")
+    assert [t.instance_id for t in stages.dapo_problems(ctx, pool, stages.dapo_plan(ctx.cfg)[0], 1)] == before
+    assert {t.instance_id for t in stages.dapo_problems(ctx, pool, stages.dapo_plan(ctx.cfg)[0], 2)} == set("cdef")
 
 
 def test_a_reused_dapo_checkpoint_sends_its_metrics_again(tmp_path, monkeypatch):
@@ -133,6 +135,7 @@ def test_a_reused_dapo_checkpoint_sends_its_metrics_again(tmp_path, monkeypatch)
 
     from training import stages
     from training.checkpoint import COMPLETE, INFO
+    from training.run import publish_checkpoint
 
     monkeypatch.setenv("SWERL_STATE", str(tmp_path / "state"))
     ctx = _dynamic_ctx(tmp_path, min_kept=1, cap=4)
@@ -140,11 +143,11 @@ def test_a_reused_dapo_checkpoint_sends_its_metrics_again(tmp_path, monkeypatch)
     local.mkdir()
     (local / INFO).write_text(json.dumps({"metrics": {"loss": 0.5, "groups_kept": 3.0}}))
     (local / COMPLETE).write_text("")
-    stages.publish_checkpoint(ctx, local, "dapo-s1-1")
+    publish_checkpoint(ctx, local, "dapo-s1-1")
     sent = []
     ctx.on_missing_metrics = lambda stage, metrics, step: sent.append((stage, metrics, step))
     ctx.on_metrics = lambda *a: pytest.fail("a reused iteration's metrics must go through on_missing_metrics")
     monkeypatch.setattr(stages, "dapo_rollouts", lambda *a, **k: pytest.fail("a sealed iteration reran"))
-    name, metrics = stages.dapo_iteration(ctx, 0, 1, [], "dapo-s1-0")
+    name, metrics = stages.dapo_iteration(ctx, stages.dapo_plan(ctx.cfg)[0], 1, [], "dapo-s1-0")
     assert name == "dapo-s1-1" and metrics == {"loss": 0.5, "groups_kept": 3.0}
     assert sent == [("dapo", metrics, 1)]

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from training.bench_train import peak_logprob_memory
-from training.fixtures import tiny_llama
+from bench.train import peak_logprob_memory
+from bench.synthetic import tiny_llama
 from training.logprobs import naive_token_logprobs, token_logprobs
 
 pytestmark = pytest.mark.unit

@@ -6,10 +6,10 @@ import copy
 import pytest
 import torch
 
-from swerl.config import TrainConfig
+from swerl.config import SFTConfig
 from training.batching import Row, collate_rows, micro_batches, pack_rows, split_rows
-from training.dapo import clipped_objective
-from training.fixtures import tiny_llama
+from training.dapo import dapo_loss
+from bench.synthetic import tiny_llama
 from training.trainer import Trainer
 from training.trajectory import TrainingSample
 
@@ -99,15 +99,14 @@ def _group(seed: int = 0) -> list[TrainingSample]:
 
 
 def _trainer(model, dtype: str = "float32") -> Trainer:
-    cfg = TrainConfig(lr=1e-2, micro_batch_tokens=4096, gradient_checkpointing=False,
+    cfg = SFTConfig(lr=1e-2, micro_batch_tokens=4096, gradient_checkpointing=False,
                       warmup_ratio=0.0, dtype=dtype)
     return Trainer(model, cfg, total_steps=1, progress=False)
 
 
-def _loss(lp, mb):
-    """DAPO's per-token clipped loss, with old logprobs 0.1 below so some ratios clip."""
-    obj, _ = clipped_objective(lp, lp.detach() - 0.1, mb.advantages, 0.2, 0.28)
-    return -obj * mb.loss_mask, {}
+def _loss(lp, mb, token_count):
+    """DAPO's clipped loss, with old logprobs 0.1 below so some ratios clip."""
+    return dapo_loss(lp, lp.detach() - 0.1, mb.advantages, mb.loss_mask, 0.2, 0.28, token_count=token_count)
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])

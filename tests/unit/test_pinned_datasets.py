@@ -76,7 +76,8 @@ def test_pins_come_in_pairs():
 
 
 def test_a_run_uses_the_pinned_dataset_not_the_newest(tmp_path, monkeypatch):
-    from training.stages import RunContext, pinned_dataset
+    from training.data import pinned_dataset
+    from training.run import RunContext
 
     store = Store(f"file://{tmp_path}/s")
     pinned = save_dataset(store, "t", tasks(2), {})
@@ -94,7 +95,8 @@ def test_a_run_uses_the_pinned_dataset_not_the_newest(tmp_path, monkeypatch):
 def test_the_regrade_hint_names_the_eval_set_the_run_read_not_the_newest(tmp_path):
     """`swerl evaluate` prints a `swerl grade --tasks ...` line: it must point at the run's set."""
     from flows.cli_runs import eval_tasks_location
-    from training.stages import RunContext, pinned_dataset
+    from training.data import pinned_dataset
+    from training.run import RunContext
 
     store = Store(f"file://{tmp_path}/s")
     first = save_dataset(store, "e", tasks(1), {})

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from tests.unit.byte_chat import byte_chat_tokenizer
-from training.fixtures import tiny_llama
+from bench.synthetic import tiny_llama
 from training.inference.base import SamplingParams
 from training.inference.hf import HFBackend
-from training.prefix_cache import PrefixCachingHFBackend, PrefixStore, common_prefix
+from training.inference.prefix_cache import PrefixCachingHFBackend, PrefixStore, common_prefix
 
 pytestmark = pytest.mark.unit
 
@@ -75,7 +75,7 @@ def test_cached_turns_compute_what_a_full_prefill_computes(model_dir, budget):
 
 
 def test_growing_layer_matches_concatenation():
-    from training.prefix_cache import GrowingLayer
+    from training.inference.prefix_cache import GrowingLayer
 
     layer = GrowingLayer(capacity=2)  # too small on purpose: it must grow and keep what it held
     parts = [torch.randn(3, 2, n, 4) for n in (3, 1, 1, 5)]

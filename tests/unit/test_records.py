@@ -22,7 +22,7 @@ def test_a_task_is_restated_at_the_configured_hint_level():
 
 def test_the_curriculum_selects_kinds_and_level_then_caps():
     from swerl.config import DataConfig
-    from training.stages import select_tasks
+    from training.data import select_tasks
 
     def t(i, project, modifier):
         return TaskInstance(instance_id=f"{project}__1__{modifier}__{i}", repo=project, base_commit="", patch="",
@@ -62,7 +62,7 @@ def test_hint_level_4_adds_the_wrong_line_and_falls_back_to_3():
 
 def test_exact_hint_level_drops_tasks_that_cannot_be_stated_at_it():
     from swerl.config import DataConfig
-    from training.stages import select_tasks
+    from training.data import select_tasks
 
     one_line = _task(hint_level=1, bug_patch=BUG_PATCH, statements={"3": "level 3"})
     dropped = _task(hint_level=1, bug_patch=BUG_PATCH.replace("+    return b - a\n", ""), statements={"3": "level 3"})

@@ -108,7 +108,7 @@ def test_publish_eval_rebuilds_from_the_store(tmp_path, monkeypatch):
     from swerl.store import Store
     from training.report import publish_eval
     from training.rollout import TrajectorySink
-    from training.stages import RunContext
+    from training.run import RunContext
 
     monkeypatch.setenv("SWERL_STATE", str(tmp_path / "state"))
     ctx = RunContext(cfg=None, store=Store(f"file://{tmp_path}/store"), run_id="r1")
@@ -156,10 +156,11 @@ def test_a_label_evaluated_for_another_policy_is_set_aside_and_evaluated_again(t
     from swerl.store import Store
     from training import stages
     from training.rollout import RolloutStats, TrajectorySink
+    from training.run import RunContext
 
     monkeypatch.setenv("SWERL_STATE", str(tmp_path / "state"))
-    ctx = stages.RunContext(cfg=load_config("smoke", ["eval.runs=1"]), store=Store(f"file://{tmp_path}/store"),
-                            run_id="r1")
+    ctx = RunContext(cfg=load_config("smoke", ["eval.runs=1"]), store=Store(f"file://{tmp_path}/store"),
+                     run_id="r1")
     ctx.store.put_json(ctx.key("eval", "dapo", "report.json"), {"label": "dapo", "policy": "dapo-s1-2"})
     TrajectorySink(ctx.store, ctx.key("rollouts", "eval-dapo", 0)).put(Trajectory("a-1", 0, "dapo-s1-2", [0]))
     TrajectorySink(ctx.store, ctx.key("rollouts", "eval-dapo2", 0)).put(Trajectory("b-1", 0, "x", [0]))

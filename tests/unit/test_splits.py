@@ -118,7 +118,8 @@ def test_latest_is_what_curation_saved_last_even_when_it_existed_before(store):
 
 
 def test_a_run_keeps_the_dataset_it_started_with(store, caplog):
-    from training.stages import RunContext, pinned_dataset
+    from training.data import pinned_dataset
+    from training.run import RunContext
 
     first = save_dataset(store, "train", [task("a", "p", diff(1, "x", "y"))], {})
     ctx = RunContext(cfg=None, store=store, run_id="r1")

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from swerl.config import DAPOConfig, DAPOStage, TrainConfig
+from swerl.config import DAPOConfig, DAPOStage, SFTConfig
 from training import rft
 from training.batching import collate, length_groups, micro_batches, padding_share
 from training.checkpoint import read_info, save_checkpoint
-from training.dapo import iteration_update
-from training.fixtures import make_trajectory, synthetic_samples, tiny_llama, tiny_tokenizer
+from training.dapo import dapo_trainer, iteration_update
+from bench.synthetic import make_trajectory, synthetic_samples, tiny_llama, tiny_tokenizer
 from training.logprobs import naive_token_logprobs
 from training.trainer import Trainer, lr_factor
 from training.trajectory import training_sample
@@ -62,7 +62,7 @@ def test_collate_aligns_masks_with_targets():
 
 def _cfg(**kw):
     base = dict(lr=1e-2, micro_batch_tokens=4096, gradient_checkpointing=False, warmup_ratio=0.0)
-    return TrainConfig(**(base | kw))
+    return SFTConfig(**(base | kw))
 
 
 def test_sft_step_loss_is_token_mean_and_accumulation_is_exact():
@@ -124,6 +124,12 @@ def _dapo_samples(model, shift: float):
     return out
 
 
+def _update(model, samples, cfg, stage, **kw):
+    """One iteration_update with a fresh Trainer for the stage, as the pipeline's first iteration."""
+    trainer = dapo_trainer(model, cfg, stage, math.ceil(len(samples) / stage.batch_size), progress=False)
+    return iteration_update(trainer, samples, cfg, stage, **kw)
+
+
 def _dapo_cfg(**kw):
     stage = DAPOStage(batch_size=8, lr=1e-2, max_turns=4, l_thr=3)
     return DAPOConfig(stages=[stage], train=_cfg(), **kw), stage
@@ -136,7 +142,7 @@ def test_iteration_update_by_hand():
     before = [naive_token_logprobs(model, torch.tensor([s.input_ids]), torch.ones(1, len(s.input_ids),
               dtype=torch.long))[0].detach() for s in samples]
     cfg, stage = _dapo_cfg()
-    m = iteration_update(model, samples, cfg, stage, group_stats={"groups_kept": 1.0})
+    m = _update(model, samples, cfg, stage, group_stats={"groups_kept": 1.0})
     # One minibatch, old logprobs = current weights: r = 1, no clipping, objective = A per token:
     # (4 x +1 + 2 x -1) / 6 tokens -> loss = -1/3
     assert m["loss"] == pytest.approx(-1 / 3, abs=1e-5)
@@ -161,10 +167,10 @@ def test_iteration_update_tis_and_matched_sampler():
     model = tiny_llama()
     cfg, stage = _dapo_cfg(tis_cap=2.0)
     # log r = +1 -> weight min(e, 2) = 2 on every token: loss = 2 x (-1/3)
-    m = iteration_update(copy.deepcopy(model), _dapo_samples(model, 1.0), cfg, stage)
+    m = _update(copy.deepcopy(model), _dapo_samples(model, 1.0), cfg, stage)
     assert m["loss"] == pytest.approx(-2 / 3, abs=1e-5)
     # a sampler that agrees with the trainer: no mismatch, no warning, weight 1
-    m = iteration_update(copy.deepcopy(model), _dapo_samples(model, 0.0), cfg, stage)
+    m = _update(copy.deepcopy(model), _dapo_samples(model, 0.0), cfg, stage)
     assert m["mismatch/kl_k3"] == pytest.approx(0.0, abs=1e-6) and m["mismatch/warn"] == 0.0
     assert m["loss"] == pytest.approx(-1 / 3, abs=1e-5)
 
@@ -174,12 +180,12 @@ def test_iteration_update_minibatches_and_guards():
     model = tiny_llama()
     cfg, _ = _dapo_cfg()
     stage = DAPOStage(batch_size=1, lr=1e-2, max_turns=4, l_thr=3)
-    m = iteration_update(model, _dapo_samples(model, 0.0), cfg, stage)
+    m = _update(model, _dapo_samples(model, 0.0), cfg, stage)
     assert m["steps"] == 2 and m["samples"] == 2
-    assert iteration_update(model, [], cfg, stage)["steps"] == 0
+    assert _update(model, [], cfg, stage)["steps"] == 0
     with pytest.raises(ValueError, match="ref_model"):
-        iteration_update(model, _dapo_samples(model, 0.0), cfg,
-                         DAPOStage(kl_coef=0.1, max_turns=4, l_thr=3))
+        _update(model, _dapo_samples(model, 0.0), cfg,
+                DAPOStage(kl_coef=0.1, max_turns=4, l_thr=3))
 
 
 def test_rft_trains_on_resolved_only_and_writes_checkpoint(tmp_path):
@@ -203,9 +209,9 @@ def test_rft_trains_on_resolved_only_and_writes_checkpoint(tmp_path):
 
 _TWO_PROCESS_SCRIPT = '''
 import json, torch
-from swerl.config import DAPOConfig, DAPOStage, TrainConfig
+from swerl.config import DAPOConfig, DAPOStage, SFTConfig
 from training.dapo import iteration_update
-from training.fixtures import synthetic_samples, tiny_llama
+from bench.synthetic import synthetic_samples, tiny_llama
 from training.trainer import Trainer
 torch.manual_seed(0)
 samples = synthetic_samples([100, 53, 71, 32, 120], vocab=128)
@@ -213,7 +219,7 @@ for s, a in zip(samples, [1.0, -1.0, 0.5, -0.5, 1.0]):
     s.advantage = a
 # 5 samples, 2 per step: the last step leaves rank 1 with only a padding micro-batch
 stage = DAPOStage(batch_size=2, lr=1e-3, max_turns=4, l_thr=3)
-cfg = DAPOConfig(stages=[stage], train=TrainConfig(micro_batch_tokens=128, gradient_checkpointing=False))
+cfg = DAPOConfig(stages=[stage], train=SFTConfig(micro_batch_tokens=128, gradient_checkpointing=False))
 t = Trainer(tiny_llama(), cfg.train, total_steps=6, lr=stage.lr, schedule="constant", progress=False)
 m = [iteration_update(t, samples, cfg, stage, seed=k) for k in range(2)]
 w = sum(float(p.detach().double().sum()) for p in t.unwrapped().parameters())

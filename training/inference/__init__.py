@@ -15,7 +15,7 @@ __all__ = ["Completion", "InferenceBackend", "SamplingParams", "make_backend"]
 def make_backend(rollout: RolloutConfig) -> InferenceBackend:
     if rollout.backend == "hf":
         # multi-turn episodes re-send their whole context each turn: reuse the earlier turns' KV
-        from training.prefix_cache import PrefixCachingHFBackend
+        from training.inference.prefix_cache import PrefixCachingHFBackend
         return PrefixCachingHFBackend(rollout.model, dtype=rollout.dtype, seed=rollout.seed,
                                       threads=rollout.infer_threads)
     if rollout.backend == "openai":

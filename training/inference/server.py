@@ -202,75 +202,80 @@ class ServerState:
     vocab_size: int
 
 
-def make_handler(state: ServerState) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class Handler(BaseHTTPRequestHandler):
+    """The routes; `state` is bound per server by `make_handler`."""
 
-        def log_message(self, fmt: str, *args: Any) -> None:  # keep test output quiet
-            pass
+    protocol_version = "HTTP/1.1"
+    state: ServerState
 
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def log_message(self, fmt: str, *args: Any) -> None:  # keep test output quiet
+        pass
 
-        def _error(self, status: int, message: str) -> None:
-            kind = "invalid_request_error" if status < 500 else "server_error"
-            self._send(status, {"error": {"message": message, "type": kind, "code": status}})
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
-        def _body(self) -> dict[str, Any]:
-            n = int(self.headers.get("Content-Length") or 0)
-            try:
-                body = json.loads(self.rfile.read(n) or b"{}")
-            except json.JSONDecodeError as err:
-                raise RequestError(f"body is not JSON: {err}") from None
-            if not isinstance(body, dict):
-                raise RequestError("body must be a JSON object")
-            return body
+    def _error(self, status: int, message: str) -> None:
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        self._send(status, {"error": {"message": message, "type": kind, "code": status}})
 
-        def do_GET(self) -> None:
-            if self.path == "/health":
-                self._send(200, {"status": "ok", **state.batcher.stats})
-            elif self.path == "/v1/models":
-                self._send(200, {"object": "list", "data": [{
-                    "id": state.served_name, "object": "model", "owned_by": "swerl",
-                    "policy_version": state.backend.policy_version}]})
+    def _body(self) -> dict[str, Any]:
+        n = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(n) or b"{}")
+        except json.JSONDecodeError as err:
+            raise RequestError(f"body is not JSON: {err}") from None
+        if not isinstance(body, dict):
+            raise RequestError("body must be a JSON object")
+        return body
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self._send(200, {"status": "ok", **self.state.batcher.stats})
+        elif self.path == "/v1/models":
+            self._send(200, {"object": "list", "data": [{
+                "id": self.state.served_name, "object": "model", "owned_by": "swerl",
+                "policy_version": self.state.backend.policy_version}]})
+        else:
+            self._error(404, f"no route {self.path}")
+
+    def do_POST(self) -> None:
+        try:
+            if self.path == "/v1/completions":
+                self._send(200, self._complete(self._body()))
+            elif self.path == "/swerl/load_weights":
+                body = self._body()
+                if not isinstance(body.get("path"), str):
+                    raise RequestError("load_weights needs {\"path\": checkpoint_dir}")
+                self.state.backend.load_weights(body["path"])
+                self._send(200, {"policy_version": self.state.backend.policy_version})
             else:
                 self._error(404, f"no route {self.path}")
+        except RequestError as err:
+            self._error(err.status, str(err))
+        except Exception as err:  # noqa: BLE001 - reported to the client, not swallowed
+            self._error(500, f"{err.__class__.__name__}: {err}")
 
-        def do_POST(self) -> None:
-            try:
-                if self.path == "/v1/completions":
-                    self._send(200, self._complete(self._body()))
-                elif self.path == "/swerl/load_weights":
-                    body = self._body()
-                    if not isinstance(body.get("path"), str):
-                        raise RequestError("load_weights needs {\"path\": checkpoint_dir}")
-                    state.backend.load_weights(body["path"])
-                    self._send(200, {"policy_version": state.backend.policy_version})
-                else:
-                    self._error(404, f"no route {self.path}")
-            except RequestError as err:
-                self._error(err.status, str(err))
-            except Exception as err:  # noqa: BLE001 - reported to the client, not swallowed
-                self._error(500, f"{err.__class__.__name__}: {err}")
+    def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        req = parse_request(body, self.state.served_name, self.state.vocab_size)
+        comps = self.state.batcher.submit(req.prompts, req.sampling)
+        tok = self.state.backend.tokenizer
+        choices = [render_choice(i, c, req, tok) for i, c in enumerate(comps)]
+        n_prompt = sum(len(p) for p in req.prompts)
+        n_out = sum(len(c.token_ids) for c in comps)
+        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
+                "created": int(time.time()), "model": self.state.served_name, "choices": choices,
+                "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out,
+                          "total_tokens": n_prompt + n_out}}
 
-        def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
-            req = parse_request(body, state.served_name, state.vocab_size)
-            comps = state.batcher.submit(req.prompts, req.sampling)
-            tok = state.backend.tokenizer
-            choices = [render_choice(i, c, req, tok) for i, c in enumerate(comps)]
-            n_prompt = sum(len(p) for p in req.prompts)
-            n_out = sum(len(c.token_ids) for c in comps)
-            return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
-                    "created": int(time.time()), "model": state.served_name, "choices": choices,
-                    "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out,
-                              "total_tokens": n_prompt + n_out}}
 
-    return Handler
+
+def make_handler(state: ServerState) -> type[BaseHTTPRequestHandler]:
+    return type("BoundHandler", (Handler,), {"state": state})
 
 
 def serve(backend: Any, host: str = "127.0.0.1", port: int = 8000, served_name: str = "swerl",

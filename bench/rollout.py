@@ -5,7 +5,7 @@ episode and the turn only, so the two runs sample the same tokens up to float no
 shapes); the report says how many tokens each generated and prefilled, so that the speedup is
 read against comparable work. Real model, real docker sandboxes, the hand-made fixture tasks.
 
-    python -m training.bench_rollout --episodes 8 --concurrency 8 --max-turns 3 --max-new-tokens 64
+    python -m bench.rollout --episodes 8 --concurrency 8 --max-turns 3 --max-new-tokens 64
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def bench_rollout(n_episodes: int = 8, concurrency: int = 8, max_turns: int = 3,
     the speedups. `n_episodes` must be a multiple of `n_tasks` (samples per task).
 
     `prefix_cache`: the transformers backend reuses each context's keys/values across turns
-    (training.prefix_cache). Emptied between the two runs: the second must not find the first's
+    (training.inference.prefix_cache). Emptied between the two runs: the second must not find the first's
     contexts, which are the same ids. `threads`: torch threads while generating, `dtype`: the
     policy's weights while sampling (both runs).
     """
@@ -75,7 +75,7 @@ def bench_rollout(n_episodes: int = 8, concurrency: int = 8, max_turns: int = 3,
     tasks = ready_fixture_tasks(n_tasks)
     if backend is None:
         from training.inference.hf import HFBackend
-        from training.prefix_cache import PrefixCachingHFBackend
+        from training.inference.prefix_cache import PrefixCachingHFBackend
 
         backend = (PrefixCachingHFBackend if prefix_cache else HFBackend)(model, seed=seed, threads=threads,
                                                                           dtype=dtype)

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from environments import prompts  # noqa: E402
 from environments.records import TaskInstance, at_hint_level, load_tasks  # noqa: E402
-from swerl.config import EnvironmentConfig, TrainConfig  # noqa: E402
+from swerl.config import EnvironmentConfig, SFTConfig  # noqa: E402
 
 log = logging.getLogger("demo_probe")
 EVAL_SPLIT = "eval"
@@ -407,7 +407,7 @@ def rft(args: argparse.Namespace) -> None:
             by.setdefault(t.task_id, []).append(t)
         trajs = [t for ts in by.values() for t in ts[: args.per_task]]
     log.info("RFT on %d resolved trajectories from %d tasks", len(trajs), len({t.task_id for t in trajs}))
-    cfg = TrainConfig(lr=args.lr, batch_size=args.batch_size, epochs=args.epochs, dtype=args.dtype,
+    cfg = SFTConfig(lr=args.lr, batch_size=args.batch_size, epochs=args.epochs, dtype=args.dtype,
                       micro_batch_tokens=args.micro_batch_tokens, gradient_checkpointing=False)
     t0 = time.monotonic()
     path = rft_lib.train(trajs, model, cfg, args.out, seed=args.seed)

@@ -28,10 +28,10 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from swerl.config import TrainConfig
+from swerl.config import SFTConfig
 from swerl.paths import swerl_home
 from training.batching import MicroBatch, micro_batches, minibatches, padding_share
-from training.fixtures import synthetic_samples, tiny_llama
+from bench.synthetic import synthetic_samples, tiny_llama
 from training.logprobs import naive_token_logprobs, token_logprobs
 from training.rft import sft_loss
 from training.trainer import Trainer
@@ -84,7 +84,7 @@ def _peak_child(tokens: int, vocab: int, hidden: int, chunk: int) -> dict[str, f
 def peak_logprob_memory(tokens: int = 16384, vocab: int = SMOLLM2_VOCAB, hidden: int = 64,
                         chunk: int = 1024) -> dict[str, float]:
     """Peak memory of logprobs + backward at ``tokens``, chunked vs naive, in a fresh process."""
-    cmd = [sys.executable, "-m", "training.bench_train", "--peak-child", "--tokens", str(tokens),
+    cmd = [sys.executable, "-m", "bench.train", "--peak-child", "--tokens", str(tokens),
            "--vocab", str(vocab), "--hidden", str(hidden), "--chunk", str(chunk)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
                           env=os.environ | EXACT_MALLOC_ENV)
@@ -142,7 +142,7 @@ def throughput(steps: int = 2, step_tokens: int = 1024, micro_batch_tokens: int 
     torch.manual_seed(seed)
     model, name = load_bench_model()
     vocab = model.config.vocab_size
-    cfg = TrainConfig(lr=1e-5, micro_batch_tokens=micro_batch_tokens, gradient_checkpointing=False,
+    cfg = SFTConfig(lr=1e-5, micro_batch_tokens=micro_batch_tokens, gradient_checkpointing=False,
                       warmup_ratio=0.0)
     plain_model = copy.deepcopy(model)
     plain_opt = torch.optim.AdamW(plain_model.parameters(), lr=cfg.lr)
@@ -207,7 +207,7 @@ def packing(groups: int = 3, group_size: int = 8, prompt: int = 1115, reply: int
     torch.manual_seed(seed)
     model, name = load_bench_model()
     samples = dapo_shaped_samples(groups, group_size, prompt, reply, model.config.vocab_size, seed)
-    cfg = TrainConfig(lr=1e-6, dtype="bfloat16", warmup_ratio=0.0)
+    cfg = SFTConfig(lr=1e-6, dtype="bfloat16", warmup_ratio=0.0)
     trainers = {mode: Trainer(copy.deepcopy(model), cfg, total_steps=steps, progress=False)
                 for mode in ("packed", "plain")}
     seconds = dict.fromkeys(trainers, 0.0)

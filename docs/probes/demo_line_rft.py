@@ -22,12 +22,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from demo_line_probe import line_prompt, norm, reply_line  # noqa: E402
 from demo_probe import line_bug, load_task_spec  # noqa: E402
-from swerl.config import TrainConfig  # noqa: E402
+from swerl.config import SFTConfig  # noqa: E402
 from swerl.model_cache import resolve_model  # noqa: E402
 from training import rft as rft_lib  # noqa: E402
 from training.chat import ChatFormat  # noqa: E402
 from training.inference.base import SamplingParams  # noqa: E402
-from training.prefix_cache import PrefixCachingHFBackend  # noqa: E402
+from training.inference.prefix_cache import PrefixCachingHFBackend  # noqa: E402
 from training.trajectory import Trajectory, Turn  # noqa: E402
 
 VALIDATION = {"cachetools", "inflection", "semver", "tabulate"}  # held-out train projects
@@ -90,7 +90,7 @@ def main(rounds: int, samples: int, temperature: float, lr: float, out: str) -> 
         results[-1]["collection"] = c[:3]
         if not kept:
             break
-        cfg = TrainConfig(lr=lr, batch_size=8, epochs=2, dtype="bfloat16", gradient_checkpointing=False)
+        cfg = SFTConfig(lr=lr, batch_size=8, epochs=2, dtype="bfloat16", gradient_checkpointing=False)
         t0 = time.time()
         model = str(rft_lib.train(kept, model, cfg, f"{out}/round{r}", seed=r))
         backend.load_weights(model)

@@ -30,7 +30,7 @@ from environments.sandbox import WORKDIR  # noqa: E402
 from training.agent import build_messages  # noqa: E402
 from training.chat import ChatFormat  # noqa: E402
 from training.inference.base import SamplingParams  # noqa: E402
-from training.prefix_cache import PrefixCachingHFBackend  # noqa: E402
+from training.inference.prefix_cache import PrefixCachingHFBackend  # noqa: E402
 
 
 def line_prompt(chat: ChatFormat, t: TaskInstance, b: LineBug) -> list[int]:

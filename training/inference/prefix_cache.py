@@ -1,19 +1,10 @@
 """Prefix reuse for the transformers backend: each turn prefills only what is new.
 
-An agent's context grows by one reply and one observation per turn, and every episode starts
-with the same system prompt, so re-running the whole context through the model on every turn
-repeats almost all of the work: measured on the 2-core box, prefill was ~95% of rollout
-generation time, and prefill is compute-bound, so batching episodes together cannot shrink it.
-Keys and values at a position depend only on the tokens up to it (causal attention, explicit
-position ids), so the cache of any earlier sequence can be cut to the prefix it shares with a
-new prompt and reused as is. That is what vLLM's prefix caching does on GPU workers.
-
-`PrefixCachingHFBackend` is `HFBackend` with this added around its decode loop, not a second
-decode loop: at the prefill, each prompt's part that no stored sequence covers runs alone, the
-(empty) batch cache is filled from the store, and the batched call feeds only each row's last
-id; when a row finishes (and at the end) its keys/values are kept, keyed by the ids they cover
-(prompt + sampled ids but the last, which was never fed). Entries are evicted least-recently-used
-beyond `max_cached_tokens`. Models whose cache is not plain full attention run uncached.
+Keys and values at a position depend only on the tokens up to it, so the cache of an earlier
+sequence (the previous turn, or the shared system prompt) can be cut to the prefix it shares
+with a new prompt and reused as is, as vLLM's prefix caching does. `PrefixCachingHFBackend` is
+`HFBackend` with this around its decode loop; entries are evicted least-recently-used beyond
+`max_cached_tokens`. Models whose cache is not plain full attention run uncached.
 """
 
 from __future__ import annotations
