@@ -1,16 +1,14 @@
 """`swerl deploy`: register every flow of prefect.yaml with a Prefect server.
 
-prefect.yaml is the one description of the deployments; applying it is Prefect's own
-`prefect deploy --all`. What that command does not do is done here first, through the client:
-the work pools it refers to and the tag concurrency limits the tasks rely on (`gpu`: task runs
-holding the policy model at once; `sandbox`: task runs driving sandboxes at once). Everything is
-an upsert, so deploying twice changes nothing and deploying after a config change updates in place.
+prefect.yaml describes the deployments and Prefect's `prefect deploy --all` applies it. First,
+through the client, this makes what that command does not: the work pools, the tag concurrency
+limits (`gpu`: task runs holding the policy model; `sandbox`: task runs driving sandboxes) and
+the zombie automation. Everything is an upsert: deploying twice changes nothing.
 
-prefect.yaml's {{ $VAR }} placeholders say where runs go and where they keep their results.
-Two sources, never mixed:
-- the local stack (`stack_env`, its generated .env): its API, pools, bucket and MLflow server;
-- the config otherwise: `orchestration.*` pools and API, `storage.*`, `tracking.uri`.
-The preset and the tag limits always come from the config.
+prefect.yaml's {{ $VAR }} placeholders (where runs go and keep their results) come from one of
+two sources, never mixed: the local stack's generated .env (`stack_env`), or else the config
+(`orchestration.*`, `storage.*`, `tracking.uri`). The preset and the tag limits always come from
+the config.
 """
 
 from __future__ import annotations
@@ -149,9 +147,8 @@ def heartbeat_s(deployments: list[dict[str, Any]]) -> int:
 
 def zombie_automation(heartbeat: int) -> Any:
     """Prefect's documented zombie detection, for deployed runs only (a local `swerl pipeline`
-    takes its ephemeral server down with it). Why: a worker or machine that dies mid-run leaves
-    its flow run Running for good, and nothing says it needs a resume; once its heartbeats stop,
-    this marks it Crashed (resume it with the same run_id)."""
+    takes its ephemeral server down with it): a run whose process died stays Running for good
+    unless its silence marks it Crashed (resume it with the same run_id)."""
     from datetime import timedelta
 
     from prefect.client.schemas.objects import StateType
