@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from swerl.config import SwerlConfig
 from flows.cli_common import SubParsers, add_config_args, add_run_args, flow_kwargs, load_cli_config, where
+from swerl.config import SwerlConfig
 
 
 def _context(cfg: SwerlConfig, run_id: str | None):
