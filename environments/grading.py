@@ -142,7 +142,8 @@ def collection_failed(log: str, status: StatusMap) -> bool:
     return bool(_COLLECTION_ERROR.search(strip_ansi(log)))
 
 
-def _keep(log: str) -> str:
+def _capped_log(log: str) -> str:
+    """The log's head and tail, LOG_KEEP_CHARS in all, saying how much was cut between."""
     if len(log) <= LOG_KEEP_CHARS:
         return log
     half = LOG_KEEP_CHARS // 2
@@ -151,7 +152,7 @@ def _keep(log: str) -> str:
 
 def _error(task: TaskInstance, reason: str, applied: bool, log: str, duration_s: float) -> GradeResult:
     return GradeResult(task.instance_id, "error", False, applied, error_reason=reason,
-                       log=_keep(log), duration_s=duration_s)
+                       log=_capped_log(log), duration_s=duration_s)
 
 
 def judge_log(task: TaskInstance, log: str, duration_s: float = 0.0) -> GradeResult:
@@ -164,7 +165,7 @@ def judge_log(task: TaskInstance, log: str, duration_s: float = 0.0) -> GradeRes
     tests_status, resolved = tests_report(task, status)
     return GradeResult(
         task.instance_id, "resolved" if resolved else "unresolved", resolved, True,
-        tests_status=tests_status, test_results=status, log=_keep(log), duration_s=duration_s,
+        tests_status=tests_status, test_results=status, log=_capped_log(log), duration_s=duration_s,
     )
 
 
@@ -223,7 +224,7 @@ def grade(task: TaskInstance, patch: str | None, env_cfg: EnvironmentConfig,
         return GradeResult(task.instance_id, "error", False, False, error_reason=f"sandbox: {e}",
                            duration_s=time.monotonic() - t0)
     if res.timed_out:
-        return GradeResult(task.instance_id, "error", False, False, log=_keep(res.output),
+        return GradeResult(task.instance_id, "error", False, False, log=_capped_log(res.output),
                            error_reason="grading timed out before the tests finished",
                            duration_s=time.monotonic() - t0)
     result = verdict(task, res.output, time.monotonic() - t0)

@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from environments.base_image import ImageBuildError, Progress, _stream, ensure_base_image, image_id
+from environments.base_image import ImageBuildError, Progress, ensure_base_image, image_id, run_build_tool
 from environments.records import TaskInstance
 from swerl.paths import swerl_home
 
@@ -159,7 +159,7 @@ def _docker_build(tag: str, dockerfile: str, context: Path, progress: Progress) 
     shutil.copyfile(host_ca_bundle(), context / "build-ca.crt")
     cmd = ["docker", "build", "--network", "host", "--force-rm", "--label", "swerl=1",
            "-t", tag, str(context)]
-    _stream(cmd, lambda line: progress(f"[{tag}] {line}"))
+    run_build_tool(cmd, lambda line: progress(f"[{tag}] {line}"))
 
 
 # ---------------------------------------------------------------- sources, fetched on the host

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Literal
 
 from environments.actions import ActionFormat
-from environments.curation.statements import LINE_HINT, with_line_hint
+from environments.hints import LINE_HINT, with_line_hint
 from environments.records import TaskInstance
 from environments.sandbox import WORKDIR
 

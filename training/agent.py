@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from environments.curation.statements import LINE_HINT
+from environments.hints import LINE_HINT
 from environments.records import TaskInstance
 from environments.sandbox import SandboxError
 from training.chat import ChatFormat

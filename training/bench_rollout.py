@@ -41,10 +41,9 @@ def ready_fixture_tasks(n: int) -> list[TaskInstance]:
 def _forget_verdicts() -> None:
     """SWEEnv remembers verdicts per process (same task, same patch: same verdict). Within a run
     that is real saving; across the two runs it would grade the second for free."""
-    from environments import swe_env
+    from environments import verdicts
 
-    if hasattr(swe_env, "VerdictCache"):
-        swe_env._VERDICTS = swe_env.VerdictCache()
+    verdicts.VERDICTS = verdicts.VerdictCache()
 
 
 def _run(tasks: list[TaskInstance], samples: int, backend: InferenceBackend, env_cfg: EnvironmentConfig,

@@ -181,6 +181,6 @@ def test_a_task_from_a_git_mirror_builds_and_grades(tasks, tmp_path):
 
 
 def test_no_container_of_this_session_is_left():
-    from environments.docker_sandbox import list_containers
+    from environments.sandbox.docker import list_containers
 
     assert list_containers(session_id()) == []

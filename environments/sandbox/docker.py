@@ -24,9 +24,10 @@ import docker
 import docker.errors
 from docker.types import Ulimit
 
-from environments import sandbox as lifecycle
-from environments.sandbox import WORKDIR, SandboxError, owner_gone, owner_label, process_started_at
-from environments.shell_session import (
+import environments.sandbox.lifecycle as lifecycle
+from environments.sandbox.interface import WORKDIR, SandboxError
+from environments.sandbox.lifecycle import owner_gone, owner_label, process_started_at
+from environments.sandbox.shell_session import (
     READ_CHUNK,
     Outcome,
     OutputCap,

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from environments.records import ExecResult
-from environments.sandbox import SandboxDead, SandboxError
+from environments.sandbox.interface import DiffTooLarge, SandboxDead, SandboxError
 
 log = logging.getLogger(__name__)
 
@@ -550,6 +550,3 @@ class ShellSandbox:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-class DiffTooLarge(ValueError):
-    """The agent's changes produce a patch too large to keep: the agent's doing, not infra."""
