@@ -28,7 +28,7 @@ REPORTED = ("episodes", "wall_s", "episodes_per_min", "tokens_per_s", "gen_token
 
 def ready_fixture_tasks(n: int) -> list[TaskInstance]:
     """The first n hand-made fixture tasks with their images built (cache hits once built)."""
-    from environments.fixtures import load_fixture_tasks
+    from bench.fixture_tasks import load_fixture_tasks
     from environments.images import ensure_images
 
     tasks = load_fixture_tasks()[:n]

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from environments import images as images_mod
-from environments.fixtures import load_fixture_tasks
+from bench.fixture_tasks import load_fixture_tasks
 from environments.grading import EMPTY_PATCH_LOG, grade, grade_many
 from environments.images import EnvSpec, ensure_images, fetch_sdist, unpack_sdist
 from environments.log_parsers import parse_log

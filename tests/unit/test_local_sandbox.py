@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from environments.bench_env import percentiles
+from bench.env import percentiles
 from environments.sandbox import DiffTooLarge, Sandbox, SandboxDead, open_sandbox
 from environments.sandbox.local import LocalSandbox, bwrap_works, parse_size, remove_leaked_scratch
 from environments.sandbox.shell_session import OutputCap, bash_quote
