@@ -8,7 +8,7 @@ hang a non-interactive shell until the timeout (and `exit` would end the shell s
 they are refused up front with a hint instead; the turn counts as a format error.
 
 With ``action_format == "tools+file"`` a ```python block is also an action: the "rewrite" action
-(see environments/tools.py), offered because a 135M model writes corrected code far more
+(see environments/tools.py), offered because a small model writes corrected code far more
 reliably than it writes ``sed`` or ``edit`` commands.
 """
 

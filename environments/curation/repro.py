@@ -1,20 +1,9 @@
 """A failing test turned into the script a user would paste into a bug report.
 
 A user does not write `self.assertEqual(slugify(x), 'a-b')`; they write `slugify(x)` and say what
-they expected. So the test's code up to the step that failed is rewritten, never quoted:
-
-- checks (`assert`, `self.assert*`, `pytest.raises`, `try/except/else: fail`) become the call
-  they check, printed, with the expectation as a comment (`print(f(x))  # expected: 3`);
-- earlier steps the failing one does not depend on are left out (a backward slice over names),
-  so a forty-line test gives a five-line script;
-- parametrised arguments become values, simple fixtures of the test file and `self.x` set in
-  `setUp` become assignments, small module-level helpers the script calls are copied in, and
-  when the failing check sits in a helper of the test file (`_check(a, b)`), the helper's body
-  is the script, its parameters bound to the test's arguments;
-- imports are only those the script uses, never of private names or modules (`from m import
-  _x`, `m._private`) nor of the test suite's own modules.
-
-Everything comes from the test file: the library's code, where the bug is, is never read here.
+they expected. So the test's code up to the step that failed is rewritten, never quoted (the
+rules: `build`). Everything comes from the test file: the library's code, where the bug is, is
+never read here.
 """
 
 from __future__ import annotations
@@ -372,7 +361,19 @@ class _Bindings:
 def build(source: str, test_id: str, frames: list[tuple[str, int]] | None = None,
           params: dict[str, str] | None = None) -> Repro | None:
     """The reproduction of one failing test (None when its code cannot be found). `frames`:
-    (function, line) of the traceback's frames in the test file, outermost first."""
+    (function, line) of the traceback's frames in the test file, outermost first.
+
+    - checks (`assert`, `self.assert*`, `pytest.raises`, `try/except/else: fail`) become the call
+      they check, printed, with the expectation as a comment (`print(f(x))  # expected: 3`);
+    - earlier steps the failing one does not depend on are left out (a backward slice over names),
+      so a forty-line test gives a five-line script;
+    - parametrised arguments become values, simple fixtures of the test file and `self.x` set in
+      `setUp` become assignments, small module-level helpers the script calls are copied in, and
+      when the failing check sits in a helper of the test file (`_check(a, b)`), the helper's body
+      is the script, its parameters bound to the test's arguments;
+    - imports are only those the script uses, never of private names or modules (`from m import
+      _x`, `m._private`) nor of the test suite's own modules.
+    """
     module = _parse(source)
     if module is None:
         return None

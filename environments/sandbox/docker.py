@@ -90,7 +90,7 @@ def upgrade_leftover(sock_io: Any, raw: socket.socket) -> bytes:
     buffered reader that reads up to 8 KiB at a time, and docker-py hands back the socket below
     that reader (docker-py #3332). When the client is slow to read the headers (a loaded machine)
     and the command quick, its frames sit in that buffer and reading the socket never sees them:
-    `git diff` came back empty with exit code 0, and a submitted fix graded as no patch.
+    the whole output is lost, with exit code 0 (docs/history/environments.md).
     """
     response = getattr(sock_io, "_response", None)
     reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
