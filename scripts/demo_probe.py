@@ -331,7 +331,7 @@ def quick(args: argparse.Namespace) -> dict:
 
 def first_block(text: str) -> str:
     """The reply cut after its first complete fenced block."""
-    from environments.actions import _FENCE
+    from environments.actions import FENCE as _FENCE
 
     m = _FENCE.search(text)
     return text[:m.end()] if m else text
