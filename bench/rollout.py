@@ -28,7 +28,7 @@ REPORTED = ("episodes", "wall_s", "episodes_per_min", "tokens_per_s", "gen_token
 
 def ready_fixture_tasks(n: int) -> list[TaskInstance]:
     """The first n hand-made fixture tasks with their images built (cache hits once built)."""
-    from environments.fixtures import load_fixture_tasks
+    from bench.fixture_tasks import load_fixture_tasks
     from environments.images import ensure_images
 
     tasks = load_fixture_tasks()[:n]
@@ -41,10 +41,9 @@ def ready_fixture_tasks(n: int) -> list[TaskInstance]:
 def _forget_verdicts() -> None:
     """SWEEnv remembers verdicts per process (same task, same patch: same verdict). Within a run
     that is real saving; across the two runs it would grade the second for free."""
-    from environments import swe_env
+    from environments import verdicts
 
-    if hasattr(swe_env, "VerdictCache"):
-        swe_env._VERDICTS = swe_env.VerdictCache()
+    verdicts.VERDICTS = verdicts.VerdictCache()
 
 
 def _run(tasks: list[TaskInstance], samples: int, backend: InferenceBackend, env_cfg: EnvironmentConfig,

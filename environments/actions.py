@@ -8,7 +8,7 @@ hang a non-interactive shell until the timeout (and `exit` would end the shell s
 they are refused up front with a hint instead; the turn counts as a format error.
 
 With ``action_format == "tools+file"`` a ```python block is also an action: the "rewrite" action
-(see environments/tools.py), offered because a 135M model writes corrected code far more
+(see environments/tools.py), offered because a small model writes corrected code far more
 reliably than it writes ``sed`` or ``edit`` commands.
 """
 
@@ -33,14 +33,14 @@ END_OF_EDIT = "end_of_edit"
 
 # An opening fence at the start of a line, its language tag, its body, and a closing fence alone
 # on its line. Closing fences may be indented as far as the opening one.
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.M | re.S)
+FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.M | re.S)
 _FENCE_START = re.compile(r"^[ \t]*```", re.M)
 
 
 def closes_block(text: str) -> bool:
     """Whether `text` holds a complete fenced block: the action a reply exists to give (a
     sampler with `stop_at_block` ends the reply there)."""
-    return _FENCE.search(text) is not None
+    return FENCE.search(text) is not None
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def expected_form(action_format: ActionFormat) -> str:
 
 
 def parse_action(text: str, action_format: ActionFormat = "tools") -> Action | FormatError:
-    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text)]
+    blocks = [(m.group(1).lower(), m.group(2)) for m in FENCE.finditer(text)]
     fences = len(_FENCE_START.findall(text))
     rule = expected_form(action_format)
     if fences > 2 * len(blocks):  # an opening fence without a closing one

@@ -55,7 +55,7 @@ def image_id(ref: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _stream(cmd: list[str] | str, progress: Progress, *, shell: bool = False, stdin: str | None = None) -> None:
+def run_build_tool(cmd: list[str] | str, progress: Progress, *, shell: bool = False, stdin: str | None = None) -> None:
     """Run a build tool, passing its output lines to `progress`; raise with the tail on failure."""
     proc = subprocess.Popen(
         cmd, shell=shell, executable="/bin/bash" if shell else None,  # pipefail is not in sh
@@ -86,7 +86,7 @@ def ensure_rootfs(progress: Progress = print) -> str:
             f"{ROOTFS_IMAGE} is missing and mmdebstrap is not installed (apt-get install mmdebstrap)"
         )
     progress(f"building {ROOTFS_IMAGE} with mmdebstrap")
-    _stream(
+    run_build_tool(
         f"set -o pipefail; mmdebstrap --variant=apt --include={ROOTFS_PACKAGES} bookworm - "
         f"| docker import - {ROOTFS_IMAGE}",
         progress, shell=True,
@@ -109,7 +109,7 @@ def ensure_base_image(progress: Progress = print) -> str:
     tag = base_tag()
     if not image_id(tag):
         progress(f"building {tag}")
-        _stream(["docker", "build", "--network", "host", "-t", tag, "-"], progress, stdin=DOCKERFILE)
+        run_build_tool(["docker", "build", "--network", "host", "-t", tag, "-"], progress, stdin=DOCKERFILE)
     if image_id(f"{BASE_REPO}:latest") != image_id(tag):
         subprocess.run(["docker", "tag", tag, f"{BASE_REPO}:latest"], check=True)
     return tag

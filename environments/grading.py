@@ -1,26 +1,12 @@
 """Grading: does a candidate patch make the task's tests pass, judged the way SWE-bench judges.
 
-One FRESH sandbox of the instance image per verdict (nothing the agent did survives), then in one
-script: `git apply` the candidate patch (plain, no fuzzy fallback: a diff taken from our own
-sandbox always applies, so a failure means something is wrong upstream), restore every test file
-to its base state and apply `test_patch` over it, run `test_cmd`, parse the log per test. The
-script's stage markers are printed before the test log, never inside it, and SWE-bench's
-start/end markers are only read in recorded SWE-bench logs: code under test can print anything,
-and must not be able to turn its failure into an `error` (which rewards nothing and punishes
-nothing).
-"Test files" are those `test_patch` touches, those named in FAIL_TO_PASS / PASS_TO_PASS, the
-`conftest.py` files above them and the root files that configure pytest (a hook or a plugin
-there could flip outcomes), so editing tests cannot earn a pass.
-
-The report is SWE-bench's (`get_eval_tests_report` / `get_resolution_status` are called, not
-re-implemented): a test succeeds when PASSED or XFAIL, fails when FAILED, ERROR or missing from
-the log; resolved iff every FAIL_TO_PASS and PASS_TO_PASS test succeeds.
-
-Status `error` (with `error_reason`) is for verdicts we could not reach, never a silent 0: the
-patch or the test patch does not apply, the whole test run timed out, the sandbox died, or the
-log holds none of the task's tests and no collection error explains it (a wrong test command, a
-missing runner). A patch that breaks importing the tests (pytest reports collection errors) is
-the patch's fault and is graded `unresolved`.
+One FRESH sandbox of the instance image per verdict (nothing the agent did survives) runs one
+script (`grading_script`): apply the patch, restore the test files and apply `test_patch`, run
+`test_cmd`; the log is parsed per test and judged by SWE-bench's own report functions
+(`get_eval_tests_report` / `get_resolution_status`, called, not re-implemented): a test
+succeeds when PASSED or XFAIL; resolved iff every FAIL_TO_PASS and PASS_TO_PASS test succeeds.
+Status `error` (with `error_reason`) is for verdicts we could not reach, never a silent 0 (see
+`verdict`); a patch that breaks importing the tests is the patch's fault: `unresolved`.
 """
 
 from __future__ import annotations
@@ -76,7 +62,10 @@ def patch_files(patch: str) -> list[str]:
 
 
 def protected_files(task: TaskInstance) -> list[str]:
-    """Files that decide the verdict and must be in their base (+ test_patch) state."""
+    """Files that decide the verdict and must be in their base (+ test_patch) state: those
+    `test_patch` touches, those named in FAIL_TO_PASS / PASS_TO_PASS, the `conftest.py` files
+    above them and the root files that configure pytest (a hook or a plugin there could flip
+    outcomes), so editing tests cannot earn a pass."""
     files = patch_files(task.test_patch)
     for test in task.FAIL_TO_PASS + task.PASS_TO_PASS:
         path = test.split("::", 1)[0]
@@ -94,7 +83,9 @@ def protected_files(task: TaskInstance) -> list[str]:
 def grading_script(task: TaskInstance, has_patch: bool, test_timeout_s: float) -> str:
     """Shell run in the fresh sandbox. It prints its stage markers, then the test log: what the
     tests print (an agent's code can print anything) comes after every marker, so it cannot
-    fake a stage."""
+    fake a stage (SWE-bench's start/end markers are only read in recorded SWE-bench logs).
+    `git apply` is plain, with no fuzzy fallback: a diff taken from our own sandbox always
+    applies, so a failure means something is wrong upstream."""
     files = " ".join(shlex.quote(f) for f in protected_files(task))
     apply_model = (
         f"git apply -v {GRADE_DIR}/model.patch > {GRADE_DIR}/apply.log 2>&1 "
@@ -142,7 +133,8 @@ def collection_failed(log: str, status: StatusMap) -> bool:
     return bool(_COLLECTION_ERROR.search(strip_ansi(log)))
 
 
-def _keep(log: str) -> str:
+def _capped_log(log: str) -> str:
+    """The log's head and tail, LOG_KEEP_CHARS in all, saying how much was cut between."""
     if len(log) <= LOG_KEEP_CHARS:
         return log
     half = LOG_KEEP_CHARS // 2
@@ -151,7 +143,7 @@ def _keep(log: str) -> str:
 
 def _error(task: TaskInstance, reason: str, applied: bool, log: str, duration_s: float) -> GradeResult:
     return GradeResult(task.instance_id, "error", False, applied, error_reason=reason,
-                       log=_keep(log), duration_s=duration_s)
+                       log=_capped_log(log), duration_s=duration_s)
 
 
 def judge_log(task: TaskInstance, log: str, duration_s: float = 0.0) -> GradeResult:
@@ -164,7 +156,7 @@ def judge_log(task: TaskInstance, log: str, duration_s: float = 0.0) -> GradeRes
     tests_status, resolved = tests_report(task, status)
     return GradeResult(
         task.instance_id, "resolved" if resolved else "unresolved", resolved, True,
-        tests_status=tests_status, test_results=status, log=_keep(log), duration_s=duration_s,
+        tests_status=tests_status, test_results=status, log=_capped_log(log), duration_s=duration_s,
     )
 
 
@@ -182,7 +174,11 @@ def judge_swebench_log(task: TaskInstance, log: str) -> GradeResult:
 
 
 def verdict(task: TaskInstance, output: str, duration_s: float = 0.0) -> GradeResult:
-    """The GradeResult for the output of `grading_script` (pure: unit-testable on recorded logs)."""
+    """The GradeResult for the output of `grading_script` (pure: unit-testable on recorded logs).
+
+    `error` when: the patch or the test patch does not apply, the whole test run timed out, the
+    sandbox died, or the log holds none of the task's tests and no collection error explains it
+    (a wrong test command, a missing runner)."""
     stages, _, log = output.partition(LOG_FOLLOWS + "\n")
     for marker, what in ((APPLY_FAILED, "patch does not apply"),
                          (TEST_APPLY_FAILED, "test_patch does not apply (a dataset bug)")):
@@ -223,7 +219,7 @@ def grade(task: TaskInstance, patch: str | None, env_cfg: EnvironmentConfig,
         return GradeResult(task.instance_id, "error", False, False, error_reason=f"sandbox: {e}",
                            duration_s=time.monotonic() - t0)
     if res.timed_out:
-        return GradeResult(task.instance_id, "error", False, False, log=_keep(res.output),
+        return GradeResult(task.instance_id, "error", False, False, log=_capped_log(res.output),
                            error_reason="grading timed out before the tests finished",
                            duration_s=time.monotonic() - t0)
     result = verdict(task, res.output, time.monotonic() - t0)
@@ -238,9 +234,8 @@ def grade_prediction(task: TaskInstance, patch: str | None, env_cfg: Environment
 
     Why: an empty patch leaves the task's bug in place, and validation (`grade(task, "")`, which
     does run the tests) is what shows that its FAIL_TO_PASS tests then fail; SWE-bench's harness
-    does not run empty patches either. A weak policy ends most episodes with no change (68 of the
-    first 88 base-model episodes of cpu-demo's evaluation), and each cost a fresh container and a
-    test run, seconds of a 2-core machine, for a verdict known in advance.
+    does not run empty patches either. A weak policy ends most episodes with no change, and
+    each would cost a fresh container and a test run for a verdict known in advance.
     """
     if (patch or "").strip():
         return grade(task, patch, env_cfg, image)

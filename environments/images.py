@@ -2,27 +2,13 @@
 
 - base (`environments.base_image`): Debian + python + git + pytest + the non-root user `swerl`.
 - environment (`swerl-env.<name>:<hash>`): one project at one version under `/testbed` with its
-  test dependencies installed (from PyPI, at build time only: `docker build --network host`; the
-  containers made from it never have a network). Shared by every task of that project version.
-- instance (`swerl-inst.<instance_id>:<hash>`): the repository in the state the task starts from,
-  with git history reset to ONE commit (fixed author and date), so the agent cannot read the fix
-  from `git log`, and owned by `swerl`, stale bytecode removed.
+  test dependencies (from PyPI, at build time only; the containers never have a network).
+- instance (`swerl-inst.<instance_id>:<hash>`): the repository in the task's starting state,
+  with git history reset to ONE commit (fixed author and date), so the agent cannot read the
+  fix from `git log`. Where the code comes from: `task.meta["env_spec"]` (see `EnvSpec`).
 
-How a task says where its code comes from: `task.meta["env_spec"]` holds an `EnvSpec` (a dict).
-- `source: pypi-sdist` (synthesised tasks, SWE-smith style, and the hand-made fixtures): the env
-  image holds the pristine sdist as a one-commit repository; the instance applies
-  `task.meta["bug_patch"]` on top (the gold `patch` reverts it) and commits the result.
-  `task.base_commit` is the hash of that commit. Author, date and message are fixed, so the hash
-  depends only on the tree: the build checks it and fails when the image does not reproduce the
-  task (`instance_head(tag)` reads it back from a built image, e.g. when synthesising a task).
-- `source: <git URL>` or `mirror:<dir>` (dir of bare repos `owner__name.git`, for SWE-bench-like
-  tasks): the env image holds the clone at `spec.version` (a commit or tag, SWE-bench's
-  `environment_setup_commit`) with dependencies installed; the instance checks out
-  `task.base_commit`, re-runs `spec.install`, then resets history.
-
-Tags are content hashes of everything that went in (Dockerfile, parent image id, bug patch), so
-asking again is a cache hit (`docker image inspect` first; nothing that exists is rebuilt) and a
-change anywhere gives a new tag instead of a stale image.
+Tags are content hashes of everything that went in, so asking again is a cache hit (nothing
+that exists is rebuilt) and a change anywhere gives a new tag instead of a stale image.
 """
 
 from __future__ import annotations
@@ -43,7 +29,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from environments.base_image import ImageBuildError, Progress, _stream, ensure_base_image, image_id
+from environments.base_image import ImageBuildError, Progress, ensure_base_image, image_id, run_build_tool
 from environments.records import TaskInstance
 from swerl.paths import swerl_home
 
@@ -77,7 +63,19 @@ RESET_HISTORY = (
 
 @dataclass
 class EnvSpec:
-    """How to get one project's source and install it with its test dependencies."""
+    """How to get one project's source and install it with its test dependencies.
+
+    - `source: pypi-sdist` (synthesised tasks, SWE-smith style, and the hand-made fixtures): the
+      env image holds the pristine sdist as a one-commit repository; the instance applies
+      `task.meta["bug_patch"]` on top (the gold `patch` reverts it) and commits the result.
+      `task.base_commit` is the hash of that commit. Author, date and message are fixed, so the
+      hash depends only on the tree: the build checks it and fails when the image does not
+      reproduce the task (`instance_head(tag)` reads it back from a built image).
+    - `source: <git URL>` or `mirror:<dir>` (dir of bare repos `owner__name.git`, for
+      SWE-bench-like tasks): the env image holds the clone at `version` (a commit or tag,
+      SWE-bench's `environment_setup_commit`) with dependencies installed; the instance checks
+      out `task.base_commit`, re-runs `install`, then resets history.
+    """
 
     name: str  # distribution name on PyPI (or a short name for git sources)
     version: str  # sdist version; for git sources the commit/tag of the environment
@@ -159,7 +157,7 @@ def _docker_build(tag: str, dockerfile: str, context: Path, progress: Progress) 
     shutil.copyfile(host_ca_bundle(), context / "build-ca.crt")
     cmd = ["docker", "build", "--network", "host", "--force-rm", "--label", "swerl=1",
            "-t", tag, str(context)]
-    _stream(cmd, lambda line: progress(f"[{tag}] {line}"))
+    run_build_tool(cmd, lambda line: progress(f"[{tag}] {line}"))
 
 
 # ---------------------------------------------------------------- sources, fetched on the host

@@ -1,23 +1,15 @@
-"""What the agent is told: the system prompt, the task prompt, a worked example.
+"""What the agent is told: the system prompt, the task prompt, worked examples.
 
 Three styles, because the policies differ by three orders of magnitude:
-  full   the SWE-agent tool set documented in the system prompt (~450 tokens); for models that can
-         navigate a repository over many turns.
+  full   the SWE-agent tool set documented in the system prompt (~450 tokens), for models that
+         can navigate a repository over many turns;
   short  two sentences of system prompt and one instruction after the task: write the corrected
-         code in one ```python block. The default 135M policy, given the full prompt at
-         temperature 1.0, mostly wrote prose with no block at all (docs/DEMO.md has the numbers);
-         every prompt token is also paid for on every turn of every rollout.
-  line   short, but the answer is the one corrected line (environments/rewrite.py `merge_line`):
-         for hint-level-4 tasks, whose statement quotes the wrong line. A reply of a few tokens
-         instead of a whole function; the policy mostly copied whole functions unchanged.
-Both accept the same actions (environments/actions.py); a style only changes what is explained.
-
-The rollout engine composes [system, *one_shot_demo, user: SWEEnv.reset() observation, ...];
-SWEEnv.reset() returns `instance_prompt(task, style, view)` plus the state footer, where `view`
-is the named function's source when the environment shows it (SWEEnv `show_source`).
-
-The demonstration's observations are exactly what the environment prints (a unit test replays
-it against the real tools), so the model is never taught a format the environment does not use.
+         code in one ```python block (a small policy writes code, rarely tool calls);
+  line   short, but the answer is the one corrected line (environments/rewrite.py `merge_line`),
+         for hint-level-4 tasks, whose statement quotes the wrong line.
+All accept the same actions (environments/actions.py); a style only changes what is explained.
+The demonstrations' observations are exactly what the environment prints (a unit test replays
+them against the real tools), so the model is never taught a format the environment does not use.
 """
 
 from __future__ import annotations
@@ -25,7 +17,7 @@ from __future__ import annotations
 from typing import Literal
 
 from environments.actions import ActionFormat
-from environments.curation.statements import LINE_HINT, with_line_hint
+from environments.hints import LINE_HINT, with_line_hint
 from environments.records import TaskInstance
 from environments.sandbox import WORKDIR
 
@@ -204,9 +196,9 @@ _SHORT_SUBMIT = "```bash\nsubmit\n```"
 
 
 # Worked examples of the line style, one per kind of change a quoted line needs (the rectangle
-# demo above is a wrong name): a constant, a `not`, a comparison, the argument order. Measured on
-# train tasks: with four of them 2.3% of first replies were the fix, with the one demo 0/144
-# episodes (docs/DEMO.md). (file, function, buggy source, statement, wrong line, fixed line)
+# demo above is a wrong name): a constant, a `not`, a comparison, the argument order; one demo
+# alone did not teach the small policy to answer with a line (docs/history/environments.md).
+# (file, function, buggy source, statement, wrong line, fixed line)
 LINE_EXAMPLES = [
     ("nums.py", "is_even", "def is_even(n):\n    return n % 2 == 1\n", "`is_even(4)` returns False, but 4 is even.",
      "return n % 2 == 1", "return n % 2 == 0"),
@@ -241,7 +233,8 @@ def line_examples() -> list[dict[str, str]]:
 
 def one_shot_demo(action_format: ActionFormat, style: PromptStyle = "full",
                   show_source: bool = False, line_hint: bool = False) -> list[dict[str, str]]:
-    """Chat messages solving a made-up bug; they precede the real task.
+    """Chat messages solving a made-up bug; they precede the real task: the rollout engine
+    composes [system, *one_shot_demo, user: SWEEnv.reset()'s observation, ...].
 
     Full style: open -> fix -> submit. Short style: the fix as a python block, then submit; with
     `show_source` the demo task names the function and its source is shown, as the real tasks'

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
+from environments.hints import LINE_HINT, line_statement
+
 Status = Literal["resolved", "unresolved", "error"]
 
 
@@ -113,8 +115,6 @@ def at_hint_level(task: TaskInstance, level: int) -> TaskInstance:
     at level 3, and its meta says so."""
     statements = task.meta.get("statements") or {}
     text = statements.get(str(level))
-    from environments.curation.statements import LINE_HINT, line_statement
-
     if text is None and level == LINE_HINT and str(LINE_HINT - 1) in statements:
         text = line_statement(statements[str(LINE_HINT - 1)], task.meta.get("bug_patch") or "")
         if text is None:

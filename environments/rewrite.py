@@ -1,13 +1,12 @@
 """Merge a ```python block into a file by definition name: the "rewrite" action's core.
 
-Why this exists: a 135M model asked for a `sed` command solved 0/96 trivial bugs, but asked for
-the corrected code in one python block it solved 14/96 (MEASURED.md). Small models write code,
-not edit scripts, so the environment meets them halfway: the block's top-level `def`s and
-`class`es replace the same-named ones in the file, methods given alone (or inside a partial
-`class`) replace the same-named methods, new imports are added, and a block that has a
-counterpart for everything in the file replaces the whole file. Everything else in the block
-(example calls, prints) is ignored and reported, because running or appending it would damage
-the module. The merge is pure text-in, text-out so that it is tested without a sandbox.
+Why this exists: small models write corrected code far more reliably than edit scripts (the
+numbers: docs/history/environments.md), so the environment meets them halfway: the block's
+top-level `def`s and `class`es replace the same-named ones in the file, methods given alone
+(or inside a partial `class`) replace the same-named methods, new imports are added, and a block
+that has a counterpart for everything in the file replaces the whole file. Everything else in
+the block (example calls, prints) is ignored and reported, because running or appending it
+would damage the module. The merge is pure text-in, text-out so that it is tested without a sandbox.
 """
 
 from __future__ import annotations
@@ -54,9 +53,8 @@ def parse_python(text: str, mode: str = "exec") -> ast.Module | ast.Expression:
 
     One parse at a time, in the whole process (every module parses through here): the rollout
     engine steps episodes in threads and curation synthesises two projects at once, and CPython
-    3.11's AST constructor raised "SystemError: AST constructor recursion depth mismatch" when two
-    threads parsed at once (seen in a cpu-demo rollout, and in curation, where it dropped a whole
-    project from a run's train set); `catch_warnings` is process-global state too.
+    3.11's AST constructor can raise "SystemError: AST constructor recursion depth mismatch" when
+    two threads parse at once; `catch_warnings` is process-global state too.
     """
     with _PARSE_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore")

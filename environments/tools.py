@@ -3,10 +3,8 @@
 The tools run host-side, in Python, over the Sandbox protocol (`read_file`, `write_file`,
 `exec`), and the viewer state (current file, first visible line) lives in a `Workspace` that
 SWEEnv owns. Why not a script inside the container, as SWE-agent does: host-side tools work the
-same on every backend (docker, local, the unit tests' tmpdir fake) without installing anything
-in task images, they are plain functions that unit tests exercise directly, and the Python
-syntax check uses the host interpreter (the same 3.11 as the sandbox images) instead of
-depending on what each task image has installed.
+same on every backend without installing anything in task images, unit tests call them
+directly, and the syntax check uses the host's Python (the sandbox images' 3.11).
 
 Every tool returns the observation text; mistakes (bad arguments, missing file, an edit that
 would break the syntax) come back as explanations and leave the file unchanged. Only

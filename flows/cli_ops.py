@@ -59,11 +59,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     cfg = load_cli_config(args)
     if args.what == "env":
-        from environments.bench_env import bench_exec
-        from environments.bench_grading import bench_grading
+        from bench.env import bench_exec
+        from bench.grading import bench_grading
 
         out = {"exec": bench_exec(n=args.n, cfg=cfg.environment)}
-        tasks = tasks_with_images(args.tasks or "environments/fixtures/tasks.jsonl")
+        tasks = tasks_with_images(args.tasks or "data/fixtures/tasks.jsonl")
         out["grading"] = bench_grading(tasks[0], n=max(3, args.n // 40), env_cfg=cfg.environment)
     elif args.what == "rollout":
         from bench.rollout import bench_rollout

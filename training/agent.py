@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from environments import prompts
-from environments.curation.statements import LINE_HINT
+from environments.hints import LINE_HINT
 from environments.records import TaskInstance
 from environments.sandbox import SandboxError
 from training.chat import ChatFormat

@@ -19,8 +19,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from demo_probe import first_replies, line_bug, load_task_spec  # noqa: E402
 from environments import prompts  # noqa: E402
-from environments.curation.statements import with_line_hint  # noqa: E402
-from environments.swe_env import without_docstring  # noqa: E402
+from environments.hints import with_line_hint  # noqa: E402
+from environments.source_view import without_docstring  # noqa: E402
 from training.chat import ChatFormat  # noqa: E402
 from training.inference.base import SamplingParams  # noqa: E402
 from training.inference.hf import HFBackend  # noqa: E402

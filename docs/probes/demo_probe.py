@@ -113,7 +113,7 @@ def gold_function(task: TaskInstance) -> tuple[str, int, int] | None:
     project's cached sdist; None when it cannot be found."""
     import textwrap
 
-    from environments.swe_env import locate
+    from environments.source_view import locate
 
     site = (task.meta.get("mutations") or [{}])[0]
     source = sdist_file(task, site.get("path", ""))
@@ -139,8 +139,8 @@ class LineBug:
 
 def line_bug(task: TaskInstance) -> LineBug | None:
     """None for a bug that is not a one-line change or whose function is not in the sdist."""
-    from environments.curation.statements import changed_line
-    from environments.swe_env import enclosing, without_docstring
+    from environments.hints import changed_line
+    from environments.source_view import enclosing, without_docstring
 
     site, line, gold = task.meta["mutations"][0], changed_line(task.meta.get("bug_patch") or ""), gold_function(task)
     if line is None or gold is None:
@@ -161,7 +161,7 @@ def first_replies(backend, prompts_: list[list[int]], samples: int, sampling) ->
 
 def function_lines(task: TaskInstance) -> int | None:
     """Code lines (docstring excluded) of the bug's function."""
-    from environments.swe_env import without_docstring
+    from environments.source_view import without_docstring
 
     gold = gold_function(task)
     return None if gold is None else len(without_docstring(gold[0])[0].strip().split("\n"))
@@ -186,7 +186,8 @@ def load_avg() -> float:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    from environments.swe_env import _VERDICTS, SWEEnv
+    from environments.swe_env import SWEEnv
+    from environments.verdicts import VERDICTS as _VERDICTS
     from swerl.store import Store
     from training.agent import AgentLimits
     from training.inference.base import SamplingParams
@@ -257,7 +258,8 @@ def _set(csv: str | None) -> set[str] | None:
 # ---------------------------------------------------------------- quick
 def quick(args: argparse.Namespace) -> dict:
     """Sample the first turn only and check it offline against the gold fix (see module doc)."""
-    from environments.swe_env import SWEEnv, named_function
+    from environments.source_view import named_function
+    from environments.swe_env import SWEEnv
     from training.agent import build_messages
     from training.chat import ChatFormat
     from training.inference.base import SamplingParams
@@ -329,7 +331,7 @@ def quick(args: argparse.Namespace) -> dict:
 
 def first_block(text: str) -> str:
     """The reply cut after its first complete fenced block."""
-    from environments.actions import _FENCE
+    from environments.actions import FENCE as _FENCE
 
     m = _FENCE.search(text)
     return text[:m.end()] if m else text

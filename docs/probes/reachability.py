@@ -32,9 +32,10 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from demo_probe import load_task_spec, sdist_file  # noqa: E402
-from environments.local_sandbox import LocalSandbox  # noqa: E402
+from environments.sandbox.local import LocalSandbox  # noqa: E402
 from environments.records import TaskInstance  # noqa: E402
-from environments.swe_env import SWEEnv, locate, named_function, without_docstring  # noqa: E402
+from environments.source_view import locate, named_function, without_docstring  # noqa: E402
+from environments.swe_env import SWEEnv  # noqa: E402
 from swerl.config import EnvironmentConfig  # noqa: E402
 from training.agent import build_messages  # noqa: E402
 from training.chat import ChatFormat  # noqa: E402

@@ -154,36 +154,7 @@ def curate_synth(cfg: SwerlConfig, store: Store, progress: Progress = print, wor
     train_projects, eval_projects = projects or projects_from(cfg)
     check_disjoint(train_projects, eval_projects)
     opts = SynthOptions.from_config(cfg.data, **(options or {}))
-    results: dict[str, ProjectResult] = {}
-    errors: dict[str, str] = {}
-    hits: list[str] = []
-
-    stop = threading.Event()
-
-    def one(project: Project) -> None:
-        if stop.is_set():
-            return
-        try:
-            res, hit = curate_project(project, opts, cfg, store, progress, stop)
-        except Interrupted:
-            return
-        except Exception as e:  # reported per project; the others still finish
-            errors[project.key] = f"{type(e).__name__}: {str(e)[:1500]}"
-            progress(f"[{project.key}] FAILED: {errors[project.key][:500]}")
-            return
-        results[project.key] = res
-        if hit:
-            hits.append(project.key)
-        progress(f"[{project.key}] {len(res.tasks)} tasks{' (cached)' if hit else ''}")
-
-    pool = ThreadPoolExecutor(max_workers=max(1, workers))
-    try:
-        list(pool.map(one, train_projects + eval_projects))
-    except BaseException:  # Ctrl-C / SIGTERM: workers stop at their next candidate, sandboxes close
-        stop.set()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    results, errors, hits = _synthesise_all(train_projects + eval_projects, opts, cfg, store, progress, workers)
     if strict and errors:
         raise CurationError("projects failed: " + "; ".join(f"{k}: {v[:300]}" for k, v in errors.items()))
 
@@ -212,3 +183,39 @@ def curate_synth(cfg: SwerlConfig, store: Store, progress: Progress = print, wor
     progress(f"curation: {len(train)} train tasks ({train_ref.hash}), {len(eval_)} eval tasks "
              f"({eval_ref.hash}) in {stats['seconds']} s")
     return train_ref, eval_ref, stats
+
+
+def _synthesise_all(projects: list[Project], opts: SynthOptions, cfg: SwerlConfig, store: Store,
+                    progress: Progress, workers: int) -> tuple[dict[str, ProjectResult], dict[str, str], list[str]]:
+    """Every project's result, `workers` at a time: (results, errors, cache hits) by project key."""
+    results: dict[str, ProjectResult] = {}
+    errors: dict[str, str] = {}
+    hits: list[str] = []
+
+    stop = threading.Event()
+
+    def one(project: Project) -> None:
+        if stop.is_set():
+            return
+        try:
+            res, hit = curate_project(project, opts, cfg, store, progress, stop)
+        except Interrupted:
+            return
+        except Exception as e:  # reported per project; the others still finish
+            errors[project.key] = f"{type(e).__name__}: {str(e)[:1500]}"
+            progress(f"[{project.key}] FAILED: {errors[project.key][:500]}")
+            return
+        results[project.key] = res
+        if hit:
+            hits.append(project.key)
+        progress(f"[{project.key}] {len(res.tasks)} tasks{' (cached)' if hit else ''}")
+
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    try:
+        list(pool.map(one, projects))
+    except BaseException:  # Ctrl-C / SIGTERM: workers stop at their next candidate, sandboxes close
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return results, errors, hits

@@ -2,16 +2,10 @@
 
 Records come from a JSONL, JSON or Parquet file, or from a Hugging Face dataset name through
 `datasets` (optional: imported only on that path). Every good record becomes a TaskInstance with
-an environment recipe in `meta["env_spec"]` (what `environments.images` builds), bad records are
-reported by line/record and field while the rest load (`records.load_tasks` does that for JSONL).
-
-Where the environment recipe comes from, in order:
-1. the record's own `install_config` (SWE-rebench ships one per task);
-2. the `swebench` package's install specs for SWE-bench repositories and versions
-   (`MAP_REPO_VERSION_TO_SPECS`, shipped by swebench 4.x);
-3. a generic recipe (`pip install -e .`, `pytest -rA`), flagged `meta["env_recipe"]["generic"]`.
-The repository comes from GitHub, or from a local mirror directory of bare repositories named
-`owner__name.git` (`repo_mirror`), for machines that cannot reach GitHub.
+an environment recipe in `meta["env_spec"]` (what `environments.images` builds, see `recipe`);
+bad records are reported by line/record and field while the rest load. The repository comes
+from GitHub, or from a local mirror directory of bare repositories named `owner__name.git`
+(`repo_mirror`), for machines that cannot reach GitHub.
 """
 
 from __future__ import annotations
@@ -141,7 +135,14 @@ def _pip_list(value: Any) -> list[str]:
 
 
 def recipe(task: TaskInstance, repo_mirror: str | None = None) -> tuple[EnvSpec, dict[str, Any], str, str]:
-    """(EnvSpec, recipe notes, test_cmd, log_parser) for an upstream task."""
+    """(EnvSpec, recipe notes, test_cmd, log_parser) for an upstream task.
+
+    Where the environment recipe comes from, in order:
+    1. the record's own `install_config` (SWE-rebench ships one per task);
+    2. the `swebench` package's install specs for SWE-bench repositories and versions
+       (`MAP_REPO_VERSION_TO_SPECS`, shipped by swebench 4.x);
+    3. a generic recipe (`pip install -e .`, `pytest -rA`), flagged `meta["env_recipe"]["generic"]`.
+    """
     upstream = task.meta.get("upstream", {})
     spec = upstream.get("install_config") if isinstance(upstream.get("install_config"), dict) else None
     origin = "install_config" if spec else ""

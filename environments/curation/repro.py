@@ -1,20 +1,9 @@
 """A failing test turned into the script a user would paste into a bug report.
 
 A user does not write `self.assertEqual(slugify(x), 'a-b')`; they write `slugify(x)` and say what
-they expected. So the test's code up to the step that failed is rewritten, never quoted:
-
-- checks (`assert`, `self.assert*`, `pytest.raises`, `try/except/else: fail`) become the call
-  they check, printed, with the expectation as a comment (`print(f(x))  # expected: 3`);
-- earlier steps the failing one does not depend on are left out (a backward slice over names),
-  so a forty-line test gives a five-line script;
-- parametrised arguments become values, simple fixtures of the test file and `self.x` set in
-  `setUp` become assignments, small module-level helpers the script calls are copied in, and
-  when the failing check sits in a helper of the test file (`_check(a, b)`), the helper's body
-  is the script, its parameters bound to the test's arguments;
-- imports are only those the script uses, never of private names or modules (`from m import
-  _x`, `m._private`) nor of the test suite's own modules.
-
-Everything comes from the test file: the library's code, where the bug is, is never read here.
+they expected. So the test's code up to the step that failed is rewritten, never quoted (the
+rules: `build`). Everything comes from the test file: the library's code, where the bug is, is
+never read here.
 """
 
 from __future__ import annotations
@@ -358,10 +347,33 @@ def _drop_unused(stmts: list[ast.stmt]) -> list[ast.stmt]:
     return keep[::-1]
 
 
+@dataclass
+class _Bindings:
+    """What the test's arguments become in the script."""
+
+    args: list[str]  # the test function's own arguments
+    params: dict[str, str]  # parametrize name -> repr(value)
+    values: dict[str, ast.expr]  # the parameters whose repr is a literal
+    inline: dict[str, ast.expr]  # short values, written where they are used
+    opaque: set[str]  # parameters whose value is not code (`<Foo object>`)
+
+
 def build(source: str, test_id: str, frames: list[tuple[str, int]] | None = None,
           params: dict[str, str] | None = None) -> Repro | None:
     """The reproduction of one failing test (None when its code cannot be found). `frames`:
-    (function, line) of the traceback's frames in the test file, outermost first."""
+    (function, line) of the traceback's frames in the test file, outermost first.
+
+    - checks (`assert`, `self.assert*`, `pytest.raises`, `try/except/else: fail`) become the call
+      they check, printed, with the expectation as a comment (`print(f(x))  # expected: 3`);
+    - earlier steps the failing one does not depend on are left out (a backward slice over names),
+      so a forty-line test gives a five-line script;
+    - parametrised arguments become values, simple fixtures of the test file and `self.x` set in
+      `setUp` become assignments, small module-level helpers the script calls are copied in, and
+      when the failing check sits in a helper of the test file (`_check(a, b)`), the helper's body
+      is the script, its parameters bound to the test's arguments;
+    - imports are only those the script uses, never of private names or modules (`from m import
+      _x`, `m._private`) nor of the test suite's own modules.
+    """
     module = _parse(source)
     if module is None:
         return None
@@ -376,49 +388,14 @@ def build(source: str, test_id: str, frames: list[tuple[str, int]] | None = None
     args = [a.arg for a in func.args.args + func.args.kwonlyargs if a.arg != "self"]
     values = {n: v for n in args if n in params for v in [_literal(params[n])] if v is not None}
     data = set(params) | set(bound_args) | _PYTEST_FIXTURES
-    # short values are written where they are used, unless the steps rebind the name; the
-    # helper's parameters (assignments `_steps` made, line 0) likewise
-    made = [s for s in steps if isinstance(s, ast.Assign) and s.lineno == 0]
-    rebound = set().union(*(bound(s) for s in steps if s not in made))
-    inline = {n: v for n, v in values.items() if len(ast.unparse(v)) <= MAX_INLINE and n not in rebound}
-    for s in made:
-        value = replace_names(s.value, inline)
-        s.value = value  # type: ignore[assignment]
-        if len(ast.unparse(value)) <= MAX_INLINE and s.targets[0].id not in rebound:  # type: ignore[union-attr]
-            inline[s.targets[0].id] = value  # type: ignore[union-attr]
-    steps = [s for s in steps if not (s in made and s.targets[0].id in inline)]  # type: ignore[union-attr]
+    steps, inline, rebound = _inline_short_values(steps, values)
     literals = _literal_names(steps)
     data |= set(literals)
-    opaque_names = {n for n in args if n in params and n not in values}
+    names = _Bindings(args, params, values, inline, {n for n in args if n in params and n not in values})
     rewrite = CheckRewriter({**literals, **{n: v for n, v in values.items() if n not in rebound}}, data,
-                       {n: params[n] for n in opaque_names})
-    copies = [replace_names(s, inline) for s in steps]  # copies: the module is cached
-    if "_" in _whatever(module):
-        copies = [Placeholders().visit(s) for s in copies]
-    fold = Fold(opaque_names)
-    copies = [t for s in copies for t in (lambda r: r if isinstance(r, list) else [r])(fold.visit(s))]
-    stmts = _drop_unused(rewrite.block(copies))
-    used = set().union(*(loaded(s) for s in stmts))
-    attrs = set().union(*(self_attrs(s) for s in steps))
-    setup = rewrite.block([replace_names(s, {}) for s in _setup_of(cls, attrs)]) if attrs & used else []  # type: ignore
-    setup = [s for s in setup if not isinstance(s, ast.Pass)]
-    used |= set().union(*(loaded(s) for s in setup)) if setup else set()
-    fixtures = _fixtures(module, cls, (used & set(args)) - set(params))
-    used |= set().union(*(loaded(s) for s in fixtures)) if fixtures else set()
-    assigns: list[ast.stmt] = [ast.Assign([ast.Name(n, ast.Store())], v, lineno=0)
-                               for n, v in values.items() if n in used and n not in inline]
-    defined = set().union(*(bound(s) for s in stmts + setup + assigns + fixtures))
-    helpers = rewrite.block([copy.deepcopy(h) for h in _helpers(module, used - defined)]) if used - defined else []
-    helpers = [h for h in helpers if not isinstance(h, ast.Pass)]
-    for h in helpers:
-        used |= loaded(h)
-    defined |= set().union(*(bound(h) for h in helpers)) if helpers else set()
-    imports = _imports(module, used - defined)
-    known = defined | set().union(*(bound(s) for s in helpers + imports)) | BUILTINS | opaque_names | {NOTE}
-    head = render(imports + helpers, rewrite.notes)
-    # a parameter whose value is not code (`<Foo object>`) is said in a comment
-    opaque = [f"# {n} = {params[n]}" for n in sorted(opaque_names & used)]
-    lines = head + ([""] if head else []) + opaque + render(fixtures + assigns + setup + stmts, rewrite.notes)
+                            {n: params[n] for n in names.opaque})
+    stmts = _rewritten_steps(module, steps, names, rewrite)
+    lines, used, known = _script_lines(module, cls, steps, stmts, names, rewrite)
     actual, want, raises, actual_first = _expectation(step, failing, data)
     call = _call_of([n for n in (actual, step) if n is not None] + steps[::-1], data)
     return Repro(
@@ -433,3 +410,59 @@ def build(source: str, test_id: str, frames: list[tuple[str, int]] | None = None
         undefined=sorted(used - known),
         indirect=_indirect(func, frames or []),
     )
+
+
+def _inline_short_values(steps: list[ast.stmt], values: dict[str, ast.expr]
+                         ) -> tuple[list[ast.stmt], dict[str, ast.expr], set[str]]:
+    """Short values are written where they are used, unless the steps rebind the name; the
+    helper's parameters (assignments `_steps` made, line 0) likewise. Returns the steps left,
+    the inlined values and the names the steps rebind."""
+    made = [s for s in steps if isinstance(s, ast.Assign) and s.lineno == 0]
+    rebound = set().union(*(bound(s) for s in steps if s not in made))
+    inline = {n: v for n, v in values.items() if len(ast.unparse(v)) <= MAX_INLINE and n not in rebound}
+    for s in made:
+        value = replace_names(s.value, inline)
+        s.value = value  # type: ignore[assignment]
+        if len(ast.unparse(value)) <= MAX_INLINE and s.targets[0].id not in rebound:  # type: ignore[union-attr]
+            inline[s.targets[0].id] = value  # type: ignore[union-attr]
+    steps = [s for s in steps if not (s in made and s.targets[0].id in inline)]  # type: ignore[union-attr]
+    return steps, inline, rebound
+
+
+def _rewritten_steps(module: ast.Module, steps: list[ast.stmt], names: _Bindings,
+                     rewrite: CheckRewriter) -> list[ast.stmt]:
+    """The steps with values inlined, checks turned into printed calls, unused data dropped."""
+    copies = [replace_names(s, names.inline) for s in steps]  # copies: the module is cached
+    if "_" in _whatever(module):
+        copies = [Placeholders().visit(s) for s in copies]
+    fold = Fold(names.opaque)
+    copies = [t for s in copies for t in (lambda r: r if isinstance(r, list) else [r])(fold.visit(s))]
+    return _drop_unused(rewrite.block(copies))
+
+
+def _script_lines(module: ast.Module, cls: ast.ClassDef | None, steps: list[ast.stmt], stmts: list[ast.stmt],
+                  names: _Bindings, rewrite: CheckRewriter) -> tuple[list[str], set[str], set[str]]:
+    """The script around the rewritten steps: imports, helpers, `setUp`, fixtures and parameter
+    values they use. Returns its lines, the names it reads and the names it can define."""
+    used = set().union(*(loaded(s) for s in stmts))
+    attrs = set().union(*(self_attrs(s) for s in steps))
+    setup = rewrite.block([replace_names(s, {}) for s in _setup_of(cls, attrs)]) if attrs & used else []  # type: ignore
+    setup = [s for s in setup if not isinstance(s, ast.Pass)]
+    used |= set().union(*(loaded(s) for s in setup)) if setup else set()
+    fixtures = _fixtures(module, cls, (used & set(names.args)) - set(names.params))
+    used |= set().union(*(loaded(s) for s in fixtures)) if fixtures else set()
+    assigns: list[ast.stmt] = [ast.Assign([ast.Name(n, ast.Store())], v, lineno=0)
+                               for n, v in names.values.items() if n in used and n not in names.inline]
+    defined = set().union(*(bound(s) for s in stmts + setup + assigns + fixtures))
+    helpers = rewrite.block([copy.deepcopy(h) for h in _helpers(module, used - defined)]) if used - defined else []
+    helpers = [h for h in helpers if not isinstance(h, ast.Pass)]
+    for h in helpers:
+        used |= loaded(h)
+    defined |= set().union(*(bound(h) for h in helpers)) if helpers else set()
+    imports = _imports(module, used - defined)
+    known = defined | set().union(*(bound(s) for s in helpers + imports)) | BUILTINS | names.opaque | {NOTE}
+    head = render(imports + helpers, rewrite.notes)
+    # a parameter whose value is not code (`<Foo object>`) is said in a comment
+    opaque = [f"# {n} = {names.params[n]}" for n in sorted(names.opaque & used)]
+    lines = head + ([""] if head else []) + opaque + render(fixtures + assigns + setup + stmts, rewrite.notes)
+    return lines, used, known

@@ -1,14 +1,10 @@
-"""Bring a project's cached synthesis result up to the current pipeline without searching again.
+"""Bring a project's cached synthesis result of an older pipeline version up to the current one,
+without searching for mutants again (the expensive part of synthesis: minutes per project).
 
-Searching for mutants is the expensive part of synthesis (minutes per project, an hour for the
-demo set); which mutants it keeps did not change between pipeline versions 2 and 3, what a task
-says about them did: v3 writes statements from kept evidence, and never names a test that uses
-sockets, threads, subprocesses or sleep. So a v2 result is upgraded in one sandbox per project:
-
+In one sandbox per project (`restate_project`):
 1. one traced run of the suite finds the timing-dependent tests; they leave PASS_TO_PASS and
    FAIL_TO_PASS (a task left with no FAIL_TO_PASS is dropped), and so do ids that run does not
-   have (an older pipeline ran tests under a random PYTHONHASHSEED, which renames some
-   parametrized tests: the grader would never find them);
+   have (ids a random PYTHONHASHSEED gave: the grader would never find them);
 2. each task's bug is applied from its `bug_patch` and its FAIL_TO_PASS tests run once: the
    run is judged like a fresh mutant (all must still fail, not only ImportError-like) and its
    failures become the task's evidence, from which `describe` writes the statements.

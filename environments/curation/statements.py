@@ -1,19 +1,14 @@
 """Problem statements written the way a user reports a bug, from what the failing tests show.
 
-A statement is a title line, a sentence of context, a short reproduction (`repro.build`: the
-failing test's calls, its assertions turned into printed values with the expectation in a
-comment), and what happened against what was expected, in prose. Everything comes from the
-*test side*: pytest's report of the failure and the test's own code. Library frames and the
-mutated line are never quoted, so the statement says what is wrong, not where the fix is; only
-hint level 3 names the file and function.
-
-Hint levels (`meta["hint_level"]`, all four variants in `meta["statements"]`):
+A statement is a title, a sentence of context, a short reproduction (`repro.build`), and what
+happened against what was expected, in prose. Everything comes from the *test side*: pytest's
+report and the test's own code; the mutated line is never quoted, so the statement says what is
+wrong, not where the fix is. Hint levels (all four in `meta["statements"]`):
   0  title and behaviour only: what happens and what was expected
   1  + the reproduction script
   2  + the failing tests' ids
   3  + the file and function to look at
-  4  + the line that looks wrong (derived at load from the bug patch, `line_statement`): the
-     easiest rung of a curriculum for very small policies; it still does not say the fix
+(level 4, the wrong line quoted too, is derived at load time: environments/hints.py)
 """
 
 from __future__ import annotations
@@ -32,8 +27,7 @@ MAX_EQ_VALUE = 1000  # longer compared values are not worth quoting
 MAX_TESTS_NAMED = 5
 MAX_VALUE = 80  # longer observed / expected values go in a code block, not inline
 MAX_TITLE_VALUE = 40  # longer ones are not repeated in the title
-HINT_LEVELS = (0, 1, 2, 3)  # stored with every task
-LINE_HINT = 4  # derived from level 3 and the bug patch
+HINT_LEVELS = (0, 1, 2, 3)  # stored with every task (level 4 is derived: environments.hints)
 
 _EQ = re.compile(r"^(?:AssertionError: )?assert (.+?) (?:==|is) (.+)$")
 _UNITTEST_EQ = re.compile(r"^AssertionError: (?:\w+ differ: )?(.+?) != (.+)$")
@@ -276,37 +270,3 @@ def statements(project: str, version: str, tests: list[FailedTest], where: list[
     places = [f"`{function}` in `{path}`" for path, function in dict.fromkeys(where)]
     parts3 = parts2 + ["The problem seems to be in " + " and ".join(places) + "."]
     return {level: "\n\n".join(parts) for level, parts in enumerate((parts0, parts1, parts2, parts3))}
-
-
-def changed_line(bug_patch: str) -> tuple[str, str] | None:
-    """(gold line, buggy line), stripped, when the bug patch (gold -> buggy) changes exactly one
-    line; None otherwise (a dropped statement, a multi-line change)."""
-    changed = [line for line in bug_patch.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
-    gold = [line[1:].strip() for line in changed if line.startswith("-")]
-    bug = [line[1:].strip() for line in changed if line.startswith("+")]
-    return (gold[0], bug[0]) if len(gold) == len(bug) == 1 and bug[0] else None
-
-
-def line_statement(level3: str, bug_patch: str) -> str | None:
-    """Hint level 4: the level-3 statement plus the one line the bug changed, quoted as a user
-    points at a suspicious line. None when the bug is not a one-line change (a dropped
-    statement has no wrong line left to show)."""
-    line = changed_line(bug_patch)
-    if line is None or "`" in line[1]:
-        return None
-    return with_line_hint(level3, line[1])
-
-
-_LINE_HINT = "This line looks wrong: "
-
-
-def with_line_hint(level3: str, line: str) -> str:
-    return f"{level3}\n\n{_LINE_HINT}`{line.strip()}`"
-
-
-def quoted_line(statement: str) -> str | None:
-    """The line a hint-level-4 statement points at (what `with_line_hint` appended), else None."""
-    last = statement.rstrip().rsplit("\n", 1)[-1]
-    if last.startswith(_LINE_HINT + "`") and last.endswith("`") and len(last) > len(_LINE_HINT) + 2:
-        return last[len(_LINE_HINT) + 1:-1]
-    return None

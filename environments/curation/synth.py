@@ -1,25 +1,10 @@
 """Synthesise validated bug-fix tasks from a real project (SWE-smith style), one project at a time.
 
-For one project at a pinned version, inside ONE long-lived sandbox of its environment image:
-
-1. run the whole suite `determinism_runs` times; only tests that pass every time may be named
-   by a task (tests needing the network fail here: the sandbox has none);
-2. run it once more under a profile hook (`trace_plugin`): which project functions each test
-   calls. Functions called at import/collection time are left alone (a bug there would change
-   every test), the others are mutation targets and their callers are the tests to run. Tests
-   the hook saw opening sockets, starting threads or subprocesses, or sleeping are not named
-   either: they pass on a quiet machine and can fail on a loaded one, under the gold patch;
-3. propose mutants of those functions (`mutators`) in a seeded order that spreads over
-   functions, and for each: apply, clear bytecode, run the calling tests with a timeout,
-   revert. Keep it only when some test fails, no more than `max_failing_share` of the suite
-   fails, the failures are not (nearly all) ImportError/AttributeError/NameError, nothing fails to
-   collect, and the same tests fail in every rerun; then run the whole suite once with the bug
-   so FAIL_TO_PASS / PASS_TO_PASS are exact;
-4. write the task: gold patch = the revert diff, `meta["bug_patch"]` = the bug (the instance
-   image applies it and resets history), statements at every hint level, and the commit hash
-   the instance image will have. The failures the statement is written from are kept as the
-   task's evidence (with the test files), so `describe` can rewrite statements later without
-   running anything.
+Inside ONE long-lived sandbox of the project's environment image: find the tests that pass every
+time, trace which project functions each calls, mutate those functions (`mutators`), keep a
+mutant only when the tests it breaks fail the same way every time, and write the task: the gold
+patch reverts the mutant, statements at every hint level come from the failures (`describe`).
+The steps in detail: `ProjectSynth`.
 """
 
 from __future__ import annotations
@@ -266,7 +251,29 @@ class Interrupted(RuntimeError):
 
 
 class ProjectSynth:
-    """The state of synthesising one project inside its sandbox."""
+    """The state of synthesising one project inside its sandbox.
+
+    For one project at a pinned version, inside ONE long-lived sandbox of its environment image:
+
+    1. run the whole suite `determinism_runs` times; only tests that pass every time may be named
+       by a task (tests needing the network fail here: the sandbox has none);
+    2. run it once more under a profile hook (`trace_plugin`): which project functions each test
+       calls. Functions called at import/collection time are left alone (a bug there would change
+       every test), the others are mutation targets and their callers are the tests to run. Tests
+       the hook saw opening sockets, starting threads or subprocesses, or sleeping are not named
+       either: they pass on a quiet machine and can fail on a loaded one, under the gold patch;
+    3. propose mutants of those functions (`mutators`) in a seeded order that spreads over
+       functions, and for each: apply, clear bytecode, run the calling tests with a timeout,
+       revert. Keep it only when some test fails, no more than `max_failing_share` of the suite
+       fails, the failures are not (nearly all) ImportError/AttributeError/NameError, nothing fails to
+       collect, and the same tests fail in every rerun; then run the whole suite once with the bug
+       so FAIL_TO_PASS / PASS_TO_PASS are exact;
+    4. write the task: gold patch = the revert diff, `meta["bug_patch"]` = the bug (the instance
+       image applies it and resets history), statements at every hint level, and the commit hash
+       the instance image will have. The failures the statement is written from are kept as the
+       task's evidence (with the test files), so `describe` can rewrite statements later without
+       running anything.
+    """
 
     def __init__(self, project: Project, runner: ProjectRunner, opts: SynthOptions, progress: Progress,
                  stop: threading.Event | None = None):

@@ -1,18 +1,13 @@
 """A pytest plugin copied into the synthesis container (loaded with `-p swerl_trace`).
 
 Two jobs, each switched on by its environment variable:
-
 - `SWERL_TRACE_OUT`: per test node id, its duration and the (file, first line) of every code
-  object under the project root that was *called* (a profile hook sees calls only, far cheaper than line
-  tracing). Calls made outside any test (imports, collection, module-level set-up) are recorded
-  under "<import>" / "<between>": mutating such functions changes what every test sees, so
-  synthesis leaves them alone.
-  Each test that opens a socket, starts a thread or a subprocess, or sleeps is also listed
-  under "timing": such a test depends on the scheduler, and one that passed every baseline run
-  can still fail on a loaded machine (boltons' netstring server test did, under a gold patch).
+  object under the project root that was *called* (a profile hook: far cheaper than line
+  tracing). Calls outside any test (imports, collection) are recorded under "<import>" /
+  "<between>": synthesis leaves those functions alone. Tests that open a socket, start a thread
+  or a subprocess, or sleep are listed under "timing": they depend on the scheduler.
 - `SWERL_PARAMS_OUT`: for each failing parametrised test, `repr()` of its parameters, so a
   problem statement can turn `assert f(x) == y` into a runnable reproduction.
-
 Standard library and pytest only: it runs inside the project's own Python.
 """
 

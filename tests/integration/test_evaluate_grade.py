@@ -25,7 +25,7 @@ from swerl.config import load_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-FIXTURES = Path(__file__).resolve().parents[2] / "environments" / "fixtures" / "tasks.jsonl"
+FIXTURES = Path(__file__).resolve().parents[2] / "data" / "fixtures" / "tasks.jsonl"
 RUN_ID = "eval-grade-test"
 GOLD, WRONG = "semver__prerelease-numeric-order", "humanize__intcomma-negative"
 

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from environments import images as images_mod
-from environments.fixtures import load_fixture_tasks
+from bench.fixture_tasks import load_fixture_tasks
 from environments.grading import EMPTY_PATCH_LOG, grade, grade_many
 from environments.images import EnvSpec, ensure_images, fetch_sdist, unpack_sdist
 from environments.log_parsers import parse_log
@@ -181,6 +181,6 @@ def test_a_task_from_a_git_mirror_builds_and_grades(tasks, tmp_path):
 
 
 def test_no_container_of_this_session_is_left():
-    from environments.docker_sandbox import list_containers
+    from environments.sandbox.docker import list_containers
 
     assert list_containers(session_id()) == []

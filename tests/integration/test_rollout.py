@@ -27,7 +27,7 @@ def docker_ok() -> bool:
 
 def fixture_tasks(n: int) -> list:
     """The first n hand-made fixture tasks, with their images built (a cache hit once built)."""
-    from environments.fixtures import load_fixture_tasks
+    from bench.fixture_tasks import load_fixture_tasks
     from environments.images import ensure_images
 
     tasks = load_fixture_tasks()[:n]

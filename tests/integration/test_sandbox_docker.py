@@ -8,7 +8,7 @@ import time
 import docker.errors
 import pytest
 
-from environments import sandbox as lifecycle
+from environments.sandbox import lifecycle
 from environments.sandbox import Sandbox, SandboxDead, SandboxError, cleanup_leaked, open_sandbox
 from swerl.config import EnvironmentConfig
 from tests.sandbox_images import FILES, docker_available, make_test_image
@@ -29,7 +29,7 @@ def image() -> str:
 @pytest.fixture(autouse=True)
 def no_container_left_behind():
     yield
-    from environments.docker_sandbox import list_containers
+    from environments.sandbox.docker import list_containers
 
     assert list_containers(lifecycle.session_id()) == []
 
@@ -41,7 +41,7 @@ def sb(image):
 
 
 def test_container_settings(sb):
-    from environments.docker_sandbox import api
+    from environments.sandbox.docker import api
 
     info = api().inspect_container(sb.cid)
     host = info["HostConfig"]
@@ -158,7 +158,7 @@ def test_quick_output_is_not_lost_when_the_client_reads_the_upgrade_late(sb, mon
 
 
 def test_a_dead_container_is_an_infra_error(image):
-    from environments.docker_sandbox import api
+    from environments.sandbox.docker import api
 
     box = open_sandbox(image, CFG)
     try:
@@ -174,7 +174,7 @@ def test_a_dead_container_is_an_infra_error(image):
 
 
 def test_close_removes_the_container(image):
-    from environments.docker_sandbox import api
+    from environments.sandbox.docker import api
 
     box = open_sandbox(image, CFG)
     cid = box.cid
@@ -184,7 +184,7 @@ def test_close_removes_the_container(image):
 
 
 def test_cleanup_leaked_removes_orphans_and_sessions(image):
-    from environments.docker_sandbox import LABEL, api, list_containers
+    from environments.sandbox.docker import LABEL, api, list_containers
 
     def orphan(owner: str, session: str) -> str:
         c = api().create_container(image, command=["sleep", "infinity"],

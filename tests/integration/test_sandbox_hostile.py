@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from environments import sandbox as lifecycle
+from environments.sandbox import lifecycle
 from environments.sandbox import SandboxDead, open_sandbox
 from swerl.config import EnvironmentConfig
 from tests.sandbox_images import docker_available, make_test_image
@@ -28,7 +28,7 @@ def image() -> str:
 
 @pytest.fixture
 def sb(image):
-    from environments.docker_sandbox import list_containers
+    from environments.sandbox.docker import list_containers
 
     box = open_sandbox(image, CFG, tmp_size="32m", max_file_bytes=64 << 20)
     yield box
@@ -124,7 +124,7 @@ def stale_alive(sb, monkeypatch) -> None:
 
 def kill_when_running(sb, needle: str) -> None:
     """Kill the container once `needle` shows in its process list (not after a fixed delay)."""
-    from environments.docker_sandbox import api
+    from environments.sandbox.docker import api
 
     def watch() -> None:
         deadline = time.monotonic() + 20
@@ -147,7 +147,7 @@ def test_death_mid_command_is_an_infra_error(sb):
 
 def test_a_killed_container_reported_running_is_not_restarted(sb, stale_alive):
     """The failed new session must be read as death, not as a wedged shell to restart."""
-    from environments.docker_sandbox import api
+    from environments.sandbox.docker import api
 
     api().kill(sb.cid)
     api().wait(sb.cid, timeout=20)

@@ -95,7 +95,7 @@ def start_child(image: str, repo: Path, code: str = CHILD) -> tuple[subprocess.P
 
 
 def exists(cid: str) -> bool:
-    from environments.docker_sandbox import api
+    from environments.sandbox.docker import api
 
     try:
         api().inspect_container(cid)
@@ -106,7 +106,7 @@ def exists(cid: str) -> bool:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_removes_every_sandbox(image, repo, sig):
-    from environments.docker_sandbox import list_containers
+    from environments.sandbox.docker import list_containers
 
     proc, info = start_child(image, repo)
     print("the child's inherited SIGINT handler:", info["inherited_sigint"])
@@ -123,7 +123,7 @@ def test_signal_removes_every_sandbox(image, repo, sig):
 
 
 def test_sigterm_removes_sandboxes_that_worker_threads_started(image, repo):
-    from environments.docker_sandbox import list_containers
+    from environments.sandbox.docker import list_containers
 
     proc, info = start_child(image, repo, CHILD_THREADS)
     assert all(exists(c) for c in info["cids"]) and Path(info["scratch"]).is_dir()
@@ -148,7 +148,7 @@ def test_sigterm_to_a_running_flow_removes_its_sandboxes(tmp_path):
     """`kill PID` of `swerl evaluate` (a Prefect flow) mid-rollout. Prefect's own SIGTERM handler
     crashes the flow run and then re-sends SIGTERM to whatever handler was there before it; the CLI
     installs ours first, so the process unwinds and removes its sandboxes instead of dying at once."""
-    from environments.docker_sandbox import api
+    from environments.sandbox.docker import api
     from environments.sandbox import owner_label
 
     if not docker_available():

@@ -402,7 +402,7 @@ def _flow_run_processes(stack: Stack) -> dict[int, str]:
 def _owner(hostname: str, host_pid: int) -> str:
     """The `swerl.owner` label the process stamps on its sandboxes (environments.sandbox.owner_label):
     the pid as its own PID namespace numbers it."""
-    from environments.sandbox import _proc_start_ticks
+    from environments.sandbox.lifecycle import proc_start_ticks as _proc_start_ticks
 
     nspid = re.search(r"^NSpid:\s+(.+)$", Path(f"/proc/{host_pid}/status").read_text(), re.M)
     assert nspid, f"/proc/{host_pid}/status has no NSpid line"
@@ -449,7 +449,7 @@ def killed_and_resumed(stack: Stack) -> KilledAndResumed:
     reuse is checked object by object against the bucket at the kill, and what it must produce
     against the preset."""
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-    from environments.sandbox import _proc_start_ticks
+    from environments.sandbox.lifecycle import proc_start_ticks as _proc_start_ticks
     from flows.deploy import MISSED_BEATS, heartbeat_s, load_spec
     from swerl.config import load_config
     from swerl.store import COMPLETE

@@ -46,7 +46,7 @@ def _swerl_containers() -> list[str]:
 def image(tmp_path_factory):
     if not _docker_ok():
         pytest.skip("docker is not available")
-    pytest.importorskip("environments.docker_sandbox", reason="the docker sandbox backend has not landed yet")
+    pytest.importorskip("environments.sandbox.docker", reason="the docker sandbox backend has not landed yet")
     from environments.base_image import ensure_base_image
 
     base = ensure_base_image(progress=lambda line: None)

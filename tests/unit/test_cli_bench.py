@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 def test_bench_commands_bind_to_the_benchmarks(what, module, names, monkeypatch, capsys):
     import importlib
 
-    targets = {"env": [("environments.bench_env", "bench_exec"), ("environments.bench_grading", "bench_grading")]}
+    targets = {"env": [("bench.env", "bench_exec"), ("bench.grading", "bench_grading")]}
     pairs = targets.get(what) or [(module, n) for n in names]
     called = []
     for mod, name in pairs:

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from environments.docker_sandbox import DockerStreamTransport
-from environments.shell_session import OutputCap, read_to_eof
+from environments.sandbox.docker import DockerStreamTransport
+from environments.sandbox.shell_session import OutputCap, read_to_eof
 
 pytestmark = pytest.mark.unit
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from environments.bench_env import percentiles
-from environments.local_sandbox import LocalSandbox, bwrap_works, parse_size, remove_leaked_scratch
-from environments.sandbox import Sandbox, SandboxDead, open_sandbox
-from environments.shell_session import DiffTooLarge, OutputCap, bash_quote
+from bench.env import percentiles
+from environments.sandbox import DiffTooLarge, Sandbox, SandboxDead, open_sandbox
+from environments.sandbox.local import LocalSandbox, bwrap_works, parse_size, remove_leaked_scratch
+from environments.sandbox.shell_session import OutputCap, bash_quote
 from swerl.config import EnvironmentConfig
 from tests.sandbox_images import FILES, make_test_repo
 
@@ -181,7 +181,7 @@ def test_diff_shows_edits_and_new_files_and_keeps_the_index(sb):
 
 
 def test_diff_too_large_is_not_an_infra_error(sb, monkeypatch):
-    import environments.shell_session as ss
+    import environments.sandbox.shell_session as ss
 
     monkeypatch.setattr(ss, "FILE_CAP_BYTES", 512)
     sb.write_file("big.txt", "line\n" * 1000)
@@ -289,7 +289,7 @@ def test_a_job_the_timeout_killed_is_reported_in_that_commands_output_not_the_ne
     import os
     import signal
 
-    from environments.shell_session import PipeTransport, ShellSession
+    from environments.sandbox.shell_session import PipeTransport, ShellSession
 
     proc = subprocess.Popen(["bash", "--noprofile", "--norc"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)

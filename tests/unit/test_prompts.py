@@ -9,7 +9,9 @@ import pytest
 from dir_sandbox import DirSandbox
 from environments import prompts
 from environments.records import GradeResult, TaskInstance
-from environments.swe_env import SWEEnv, VerdictCache, locate, named_function
+from environments.source_view import locate, named_function
+from environments.swe_env import SWEEnv
+from environments.verdicts import VerdictCache
 from swerl.config import EnvironmentConfig
 
 pytestmark = pytest.mark.unit
@@ -113,7 +115,7 @@ def test_nothing_is_shown_unless_the_issue_names_the_function_and_file(tmp_path)
 
 
 def test_a_docstring_is_hidden_unless_it_is_the_whole_body():
-    from environments.swe_env import without_docstring
+    from environments.source_view import without_docstring
 
     assert without_docstring('def f():\n    """Doc\n    more."""\n    return 1') == ("def f():\n    return 1", True)
     assert without_docstring('def f():\n    """Only doc."""') == ('def f():\n    """Only doc."""', False)
@@ -141,7 +143,7 @@ def test_a_patch_is_graded_once_and_errors_are_graded_again(tmp_path, monkeypatc
                            tests_status={"FAIL_TO_PASS": {"success": [], "failure": ["t::a"]}})
 
     monkeypatch.setitem(sys.modules, "environments.grading", types.SimpleNamespace(grade_prediction=fake_grade))
-    monkeypatch.setattr("environments.swe_env._VERDICTS", VerdictCache())
+    monkeypatch.setattr("environments.verdicts.VERDICTS", VerdictCache())
     env = env_for(tmp_path, task(), {"pkg/util.py": UTIL})
     env.reset()
     assert env.grade("P").status == "error"

@@ -326,7 +326,7 @@ def test_submit_ends_the_episode_with_the_diff(env, monkeypatch):
 
 
 def test_a_too_large_diff_does_not_end_the_episode(env, monkeypatch):
-    from environments.shell_session import DiffTooLarge
+    from environments.sandbox import DiffTooLarge
 
     def too_large():
         raise DiffTooLarge("the diff is larger than 8 bytes")
@@ -469,7 +469,7 @@ def test_a_one_line_fix_replaces_the_quoted_line_even_when_it_equals_another_lin
 
 
 def test_quoted_line_reads_back_what_the_level_4_hint_appended():
-    from environments.curation.statements import quoted_line, with_line_hint
+    from environments.hints import quoted_line, with_line_hint
 
     assert quoted_line(with_line_hint("The parser fails.", "    if not x:  ")) == "if not x:"
     assert quoted_line("The parser fails.\n\nIt looks wrong.") is None
@@ -486,7 +486,7 @@ def test_line_style_env_applies_the_corrected_line(tmp_path):
 def test_env_points_a_one_line_fix_at_the_line_its_issue_quotes(tmp_path):
     import dataclasses
 
-    from environments.curation.statements import with_line_hint
+    from environments.hints import with_line_hint
 
     files = {"calc.py": "def add(a, b):\n    return a - b\n\n\ndef plus(a, b):\n    return a + b\n"}
     cfg = EnvironmentConfig(sandbox="local", window=10, command_timeout_s=20.0)

@@ -1,6 +1,6 @@
 """How much grading costs on top of simply running the tests.
 
-    python -m environments.bench_grading [--n 5] [--task INSTANCE_ID ...]
+    python -m bench.grading [--n 5] [--task INSTANCE_ID ...]
 
 The baseline is what any harness must pay at least: a fresh container of the instance image
 running the test command (`docker run --rm IMAGE bash -lc TEST_CMD`), with the same CPU and
@@ -61,7 +61,7 @@ def bench_grading(task: TaskInstance, n: int = 5, env_cfg: EnvironmentConfig | N
 
 
 def main() -> None:
-    from environments.fixtures import load_fixture_tasks
+    from bench.fixture_tasks import load_fixture_tasks
     from environments.images import ensure_images
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

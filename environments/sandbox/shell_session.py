@@ -2,29 +2,10 @@
 
 Why a persistent shell: a fresh `docker exec` costs ~60 ms, a command written to an open shell
 ~0.2 ms, and SWE-agent-style agents expect `cd` and `export` to persist between actions.
-
-The protocol, for each command:
-
-    builtin eval $'<command, quoted>' </dev/null >&7 2>&1; builtin printf '\\n__SWERL_END_<nonce>__ %s %s\\n' "$?" "$PWD" >&7
-
-* The command travels as one ANSI-C quoted string, so unbalanced quotes, heredocs or a stray `}`
-  can never eat the marker: a syntax error is just exit code 2. (No `{ ...; }` group: after a
-  syntax error inside eval, bash 5.2 misparses a reserved word at the start of the next line.)
-* fd 7 is the channel back to the host (a copy of the shell's stdout made at start); the marker
-  is written to it explicitly, so `exec >&-` cannot silence it. stdin is /dev/null, so `cat` or
-  `read` cannot eat later commands.
-* The nonce is fresh per command, so output cannot forge the marker.
-* The host reads incrementally, keeping only a head and a tail of the output (`OutputCap`), so
-  100 MB of output costs the host a bounded amount of memory.
-* On timeout the host asks the backend to SIGKILL every process of the shell's session except
-  the shell itself (the interrupt callback): background jobs the agent started die too. If the marker still does not come (a builtin loop,
-  `exit`, `exec prog`, `set -e`), the session is "lost": `ShellSandbox` starts a new one in the
-  last known directory and says so in the observation; if that fails too, the backend resets the
-  whole sandbox, and if that fails the sandbox is dead (`SandboxDead`, an infrastructure error).
-
-`write_file` goes through the session (base64; bash reads its script a byte at a time, ~0.5 s
-per MB); `read_file`, `diff` and `run` use one-shot commands outside it, so a background job's
-output can never end up inside a file's content or a test log.
+`ShellSession` speaks the protocol (its docstring has it); `ShellSandbox` is what both backends
+share: exec through the session with recovery when it is lost, files, diff and close.
+`write_file` goes through the session; `read_file`, `diff` and `run` use one-shot commands
+outside it, so a background job's output can never end up in a file's content or a test log.
 """
 
 from __future__ import annotations
@@ -41,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from environments.records import ExecResult
-from environments.sandbox import SandboxDead, SandboxError
+from environments.sandbox.interface import DiffTooLarge, SandboxDead, SandboxError
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +197,27 @@ class Outcome:
 
 
 class ShellSession:
-    """A bash reading commands from `transport`; `interrupt(pid)` kills its children."""
+    """A bash reading commands from `transport`; `interrupt(pid)` kills its children.
+
+    The protocol, for each command:
+
+        builtin eval $'<command, quoted>' </dev/null >&7 2>&1; builtin printf '\\n__SWERL_END_<nonce>__ %s %s\\n' "$?" "$PWD" >&7
+
+    * The command travels as one ANSI-C quoted string, so unbalanced quotes, heredocs or a stray
+      `}` can never eat the marker: a syntax error is just exit code 2. (No `{ ...; }` group:
+      after a syntax error inside eval, bash 5.2 misparses a reserved word at the start of the
+      next line.)
+    * fd 7 is the channel back to the host (a copy of the shell's stdout made at start); the
+      marker is written to it explicitly, so `exec >&-` cannot silence it. stdin is /dev/null,
+      so `cat` or `read` cannot eat later commands.
+    * The nonce is fresh per command, so output cannot forge the marker.
+    * The host reads incrementally, keeping only a head and a tail of the output (`OutputCap`),
+      so 100 MB of output costs the host a bounded amount of memory.
+    * On timeout the host asks the backend to SIGKILL every process of the shell's session
+      except the shell itself (the interrupt callback): background jobs the agent started die
+      too. If the marker still does not come (a builtin loop, `exit`, `exec prog`, `set -e`),
+      the session is "lost" and `ShellSandbox` recovers (see `ShellSandbox._recover`).
+    """
 
     def __init__(self, transport: Transport, interrupt: Callable[[int], None]) -> None:
         self.transport = transport
@@ -345,6 +346,11 @@ class ShellSession:
 
 class ShellSandbox:
     """What both backends share: exec through the session with recovery, files, diff, close.
+
+    A lost session is replaced by a new one in the last known directory, and the observation
+    says so; if that fails too, the backend resets the whole sandbox, and if that fails the
+    sandbox is dead (`SandboxDead`, an infrastructure error). `write_file` sends base64 through
+    the session (bash reads its script a byte at a time, ~0.5 s per MB).
 
     A backend provides `_open_session(cwd)`, `_kill_session(session)` (the shell and its
     children), `_reset()` (kill every process, keep the files), `_run(cmd, timeout, cap)`,
@@ -550,6 +556,3 @@ class ShellSandbox:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-class DiffTooLarge(ValueError):
-    """The agent's changes produce a patch too large to keep: the agent's doing, not infra."""

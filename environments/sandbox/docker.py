@@ -24,9 +24,10 @@ import docker
 import docker.errors
 from docker.types import Ulimit
 
-from environments import sandbox as lifecycle
-from environments.sandbox import WORKDIR, SandboxError, owner_gone, owner_label, process_started_at
-from environments.shell_session import (
+import environments.sandbox.lifecycle as lifecycle
+from environments.sandbox.interface import WORKDIR, SandboxError
+from environments.sandbox.lifecycle import owner_gone, owner_label, process_started_at
+from environments.sandbox.shell_session import (
     READ_CHUNK,
     Outcome,
     OutputCap,
@@ -89,7 +90,7 @@ def upgrade_leftover(sock_io: Any, raw: socket.socket) -> bytes:
     buffered reader that reads up to 8 KiB at a time, and docker-py hands back the socket below
     that reader (docker-py #3332). When the client is slow to read the headers (a loaded machine)
     and the command quick, its frames sit in that buffer and reading the socket never sees them:
-    `git diff` came back empty with exit code 0, and a submitted fix graded as no patch.
+    the whole output is lost, with exit code 0 (docs/history/environments.md).
     """
     response = getattr(sock_io, "_response", None)
     reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)

@@ -26,9 +26,10 @@ import warnings
 from functools import lru_cache
 from pathlib import Path
 
-from environments import sandbox as lifecycle
-from environments.sandbox import SandboxError, owner_gone
-from environments.shell_session import (
+import environments.sandbox.lifecycle as lifecycle
+from environments.sandbox.interface import SandboxError
+from environments.sandbox.lifecycle import owner_gone
+from environments.sandbox.shell_session import (
     Outcome,
     OutputCap,
     PipeTransport,
