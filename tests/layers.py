@@ -40,8 +40,8 @@ class Graph:
     private: list[tuple[str, str, str]] = field(default_factory=list)  # importer, module, name
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -51,7 +51,7 @@ def scan(root: Path = ROOT) -> Graph:
     g = Graph()
     for pkg in PACKAGES:
         for path in sorted((root / pkg).rglob("*.py")):
-            g.modules[module_name(path)] = path
+            g.modules[module_name(path, root)] = path
     for name, path in g.modules.items():
         is_pkg = path.name == "__init__.py"
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
