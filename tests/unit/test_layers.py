@@ -24,7 +24,8 @@ def test_the_checker_sees_a_circle_and_an_upward_arrow(tmp_path):
         (tmp_path / pkg).mkdir()
     (tmp_path / "swerl" / "a.py").write_text("from swerl import b\n")
     (tmp_path / "swerl" / "b.py").write_text("def f():\n    from swerl.a import x\n    from training import t\n")
-    (tmp_path / "training" / "t.py").write_text("from swerl.b import _hidden\n")
+    (tmp_path / "swerl" / "c.py").write_text("_hidden = 1\n")
+    (tmp_path / "training" / "t.py").write_text("from swerl.c import _hidden\n")
     g = layers.scan(tmp_path)
     assert layers.cycles(g) == [["swerl.a", "swerl.b"]]
     bad = layers.layer_violations(g)
