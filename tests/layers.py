@@ -30,6 +30,8 @@ FRONT_DOORS = ("environments.sandbox",)
 # below every room of their package (they import none of its rooms): any room may use them
 BASEMENT = ("training.precision", "environments.records", "environments.hints")
 MAX_FUNCTION_LINES = 60
+# git-ignored build contexts that hold copies of the source (infra/stack.sh stages one)
+SKIP_DIRS = {"build", ".venv", "__pycache__"}
 SHORT_FUNCTIONS_IN = ("training", "environments")
 
 
@@ -47,10 +49,15 @@ def module_name(path: Path, root: Path = ROOT) -> str:
     return ".".join(parts)
 
 
+def source_files(top: Path) -> list[Path]:
+    """The .py files under `top`, minus staged copies of the tree (infra/images/build holds one)."""
+    return sorted(p for p in top.rglob("*.py") if not any(part in SKIP_DIRS for part in p.parts))
+
+
 def scan(root: Path = ROOT) -> Graph:
     g = Graph()
     for pkg in PACKAGES:
-        for path in sorted((root / pkg).rglob("*.py")):
+        for path in source_files(root / pkg):
             g.modules[module_name(path, root)] = path
     for name, path in g.modules.items():
         is_pkg = path.name == "__init__.py"
@@ -174,7 +181,7 @@ def long_functions(roots: tuple[str, ...] = SHORT_FUNCTIONS_IN, limit: int = MAX
                    root: Path = ROOT) -> list[tuple[int, str]]:
     rows = []
     for top in roots:
-        for path in sorted((root / top).rglob("*.py")):
+        for path in source_files(root / top):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     n = node.end_lineno - node.lineno + 1
