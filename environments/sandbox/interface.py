@@ -15,7 +15,8 @@ WORKDIR = "/testbed"
 # Every test run (synthesis, validation, grading) hashes strings the same way: pytest names a
 # parameter it cannot print by its position, and a parametrize list built from a set is ordered
 # by string hash, so under a random seed the same case gets another id in every run.
-TEST_ENV = {"PYTHONHASHSEED": "0"}
+# Nor do they read a user site-packages or write bytecode the next run would load.
+TEST_ENV = {"PYTHONHASHSEED": "0", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def run_env_prefix() -> str:

@@ -1,0 +1,59 @@
+"""The source rule that decides which changes the grader accepts (environments/patch_scope.py)."""
+
+import pytest
+
+from environments.patch_scope import parse_numstat_z, scope_violations, source_roots
+
+pytestmark = pytest.mark.unit
+
+TRACKED = ["pkg/__init__.py", "pkg/core.py", "pkg/tests/test_core.py", "src/other/__init__.py",
+           "tests/__init__.py", "tests/test_pkg.py", "testing/__init__.py", "docs/conf.py", "setup.py",
+           "solo.py", "conftest.py", "pyproject.toml"]
+
+
+def check(*paths: str, patch: str = "", test_files: frozenset = frozenset()) -> list[str]:
+    return scope_violations(patch, list(paths), TRACKED, set(test_files))
+
+
+def test_source_roots_are_top_level_packages_minus_tests():
+    assert source_roots(TRACKED) == ["pkg", "src/other"]
+
+
+@pytest.mark.parametrize("path", ["pkg/core.py", "pkg/newmod.py", "pkg/sub/__init__.py", "src/other/x.py",
+                                  "pkg/templates/page.html", "solo.py"])
+def test_a_fix_to_the_source_is_accepted(path):
+    assert check(path) == []
+
+
+@pytest.mark.parametrize("path", [
+    "pytest.py", "_pytest/__init__.py", "pluggy.py", "unittest.py", "os.py", "sitecustomize.py",
+    "usercustomize.py", "x.pth", "conftest.py", "pkg/conftest.py", "pkg/sub/conftest.py", "pytest.ini",
+    ".pytest.ini", "pytest.toml", ".pytest.toml", "pyproject.toml", "setup.cfg", "tox.ini", "pkg/pytest.ini",
+    "pkg/tox.ini", "pkg/setup.cfg", "pkg/pyproject.toml", "pkg/.pytest.ini", "tests/test_pkg.py",
+    "tests/new_test_file.py", "pkg/tests/test_core.py", "pkg/tests/helper.py", "pkg/test_more.py",
+    "pkg/more_test.py", "testing/x.py", "pkg/__pycache__/core.cpython-311.pyc", "pkg/core.pyc",
+    "pkg/core.cpython-311-x86_64-linux-gnu.so", "pkg/core.so", "pkg/evil.pth", "setup.py", "docs/conf.py",
+    "newpkg/__init__.py", "src/sitecustomize.py", "src/x.pth", "x.egg-info/entry_points.txt",
+    "../usr/lib/python3/dist-packages/_pytest/runner.py", "solo_new.py",
+])
+def test_everything_else_is_refused_with_a_reason(path):
+    problems = check(path)
+    assert len(problems) == 1 and problems[0].startswith(f"{path}: ")
+
+
+def test_the_task_test_files_are_refused_wherever_they_are():
+    assert check("pkg/checks.py", test_files=frozenset({"pkg/checks.py"})) == [
+        "pkg/checks.py: a test file or directory"]
+
+
+def test_symlinks_and_submodules_are_refused():
+    patch = "diff --git a/pkg/l.py b/pkg/l.py\nnew file mode 120000\n--- /dev/null\n+++ b/pkg/l.py\n"
+    assert check("pkg/l.py", patch=patch) == ["a non-file mode 120000 (symlink or submodule)"]
+    assert check("pkg/l.py", patch="diff --git a/pkg/l.py b/pkg/l.py\nold mode 100644\nnew mode 160000\n")
+    assert check("pkg/l.py", patch="diff --git a/pkg/l.py b/pkg/l.py\nold mode 100644\nnew mode 100755\n") == []
+
+
+def test_renames_count_both_sides():
+    assert parse_numstat_z("1\t2\tpkg/a.py\0-\t-\tpkg/b.bin\0" "0\t0\t\0pkg/old.py\0tests/new.py\0") == [
+        "pkg/a.py", "pkg/b.bin", "pkg/old.py", "tests/new.py"]
+    assert check("pkg/old.py", "tests/new.py") == ["tests/new.py: a test file or directory"]
