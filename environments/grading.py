@@ -15,7 +15,6 @@ Status `error` (with `error_reason`) is for verdicts we could not reach, never a
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import time
@@ -30,6 +29,7 @@ from swebench.harness.grading import get_eval_tests_report, get_resolution_statu
 
 from environments.log_parsers import StatusMap, output_section, parse_log, strip_ansi
 from environments.patch_scope import parse_numstat_z, scope_violations
+from environments.predictions import read_predictions
 from environments.records import GradeResult, TaskInstance
 from environments.sandbox import SandboxError, open_sandbox, run_env_prefix
 from swerl.config import EnvironmentConfig
@@ -227,7 +227,7 @@ def grade(task: TaskInstance, patch: str | None, env_cfg: EnvironmentConfig,
     patch = patch or ""
     t0 = time.monotonic()
     try:
-        with open_sandbox(image, env_cfg) as sb:
+        with open_sandbox(image, env_cfg, snapshot_git=False) as sb:
             if patch.strip():
                 sb.write_file(f"{GRADE_DIR}/model.patch", patch if patch.endswith("\n") else patch + "\n")
             if task.test_patch.strip():
@@ -275,18 +275,6 @@ def grade_prediction(task: TaskInstance, patch: str | None, env_cfg: Environment
 # ---------------------------------------------------------------- many predictions
 
 
-def load_predictions(source: str | Path | Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """SWE-bench predictions (`instance_id`, `model_name_or_path`, `model_patch`) from a
-    .jsonl / .json file or an iterable of dicts."""
-    if isinstance(source, (str, Path)):
-        text = Path(source).read_text()
-        if str(source).endswith(".json"):
-            data = json.loads(text)
-            return list(data.values()) if isinstance(data, dict) else list(data)
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    return list(source)
-
-
 def grade_many(
     tasks_by_id: dict[str, TaskInstance],
     predictions: str | Path | Iterable[dict[str, Any]],
@@ -295,11 +283,13 @@ def grade_many(
     images: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Grade SWE-bench-format predictions; returns a report in SWE-bench's run-report shape
-    plus `instances` (each prediction's GradeResult without its log).
+    plus `instances` (each prediction's GradeResult without its log) and `invalid_predictions`
+    (one "line N: reason" per entry that is not a prediction; the others are graded).
 
     `images` maps instance_id -> image when tasks do not carry `image` themselves.
     """
-    preds = load_predictions(predictions)
+    read = read_predictions(predictions)
+    preds = read.predictions
     known = [p for p in preds if p["instance_id"] in tasks_by_id]
     unknown = [p["instance_id"] for p in preds if p["instance_id"] not in tasks_by_id]
 
@@ -314,7 +304,7 @@ def grade_many(
         results = list(pool.map(one, known))
     for iid in unknown:
         results.append(GradeResult(iid, "error", False, False, error_reason="unknown instance_id"))
-    return run_report(tasks_by_id, preds, results)
+    return run_report(tasks_by_id, preds, results) | {"invalid_predictions": read.errors}
 
 
 def run_report(tasks_by_id: dict[str, TaskInstance], preds: list[dict[str, Any]],

@@ -20,6 +20,7 @@ Anything else makes the whole patch `unresolved`, with these reasons in the grad
 
 from __future__ import annotations
 
+import codecs
 import importlib.machinery
 import posixpath
 import re
@@ -32,6 +33,8 @@ CONFIG_FILES = frozenset({"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.t
 IMPORTED_SUFFIXES = tuple(s for s in importlib.machinery.all_suffixes() if s != ".py") + (".pth",)
 PLAIN_MODES = frozenset({"100644", "100755"})
 _MODE_LINE = re.compile(r"^(?:new file mode|new mode) (\d+)$", re.M)
+# extended header lines (hunk lines start with +, - or space; base85 lines hold no space)
+_SOURCE_LINE = re.compile(r"^(?:rename|copy) from (.+)$", re.M)
 
 
 def source_roots(tracked: list[str]) -> list[str]:
@@ -78,11 +81,20 @@ def scope_violations(patch: str, touched: list[str], tracked: list[str], test_fi
     problems = [f"a non-file mode {mode} (symlink or submodule)" for mode in _MODE_LINE.findall(patch)
                 if mode not in PLAIN_MODES]
     roots, known = source_roots(tracked), set(tracked)
-    for path in dict.fromkeys(touched):
+    sources = [unquote(p) for p in _SOURCE_LINE.findall(patch)]  # `git apply --numstat` lists only the target
+    for path in dict.fromkeys(touched + sources):
         why = why_outside(path, roots, known, test_files)
         if why:
             problems.append(f"{path}: {why}")
     return problems
+
+
+def unquote(path: str) -> str:
+    """A path as git writes it in a header: C-quoted ("a\\303\\251.py") when unusual."""
+    if not (len(path) >= 2 and path[0] == path[-1] == '"'):
+        return path
+    raw = codecs.escape_decode(path[1:-1].encode("latin-1", "backslashreplace"))[0]
+    return raw.decode("utf-8", errors="replace")  # type: ignore[union-attr]
 
 
 def parse_numstat_z(out: str) -> list[str]:

@@ -44,6 +44,7 @@ KEEPER_USER = "65534:65534"  # nobody: a different uid, so the agent cannot kill
 TMP_SIZE = "256m"
 MAX_FILE_BYTES = 2 << 30  # `ulimit -f` inside: no single file above this (/testbed is on disk)
 HOST_GRACE_S = 15.0  # run(): how long after `timeout` fires the host still waits for the end
+PRISTINE_GIT = "/.swerl-git"  # root-owned copy of the work tree's .git: diff() reads it, the agent cannot write it
 
 # Kill every process whose session is $1 (the shell's own session), except $1 unless $2 = all.
 # Runs as a separate exec, as the same user as the shell; loops because killed parents' children
@@ -196,7 +197,8 @@ class DockerSandbox(ShellSandbox):
 
     def __init__(self, image: str, cfg: EnvironmentConfig, *, user: str = "swerl",
                  workdir: str = WORKDIR, session: str | None = None, tmp_size: str = TMP_SIZE,
-                 max_file_bytes: int = MAX_FILE_BYTES) -> None:
+                 max_file_bytes: int = MAX_FILE_BYTES, snapshot_git: bool = True) -> None:
+        """`snapshot_git=False` skips the pristine .git copy: for sandboxes nobody diffs (grading)."""
         self.image, self.user, self.workdir = image, user, workdir
         self.command_timeout_s = cfg.command_timeout_s
         self.test_timeout_s = cfg.test_timeout_s
@@ -214,6 +216,8 @@ class DockerSandbox(ShellSandbox):
                 labels={LABEL: "1", "swerl.session": self.session_label, "swerl.owner": owner_label()},
             )["Id"]
             api().start(self.cid)
+            if snapshot_git:
+                self._snapshot_git()
             self._start_session()
         except BaseException as e:
             self.close()
@@ -221,11 +225,24 @@ class DockerSandbox(ShellSandbox):
                 raise _docker_error(f"cannot start a sandbox of {image}", e) from e
             raise
 
+    def _snapshot_git(self) -> None:
+        """Copy the work tree's .git, as root, before the agent's first command (see diff())."""
+        src = f"{self.workdir}/.git"
+        exec_id, transport = self._exec_socket(
+            ["sh", "-c", f'[ ! -d "$1" ] || cp -r -- "$1" {PRISTINE_GIT}', "snapshot", src], stdin=False, user="0")
+        try:
+            read_to_eof(transport, OutputCap(4096), time.monotonic() + 120)
+        finally:
+            transport.close()
+        if self._exit_code(exec_id) != 0:
+            raise SandboxError(f"cannot copy {src} in {self.name}")
+        self.pristine_git = PRISTINE_GIT
+
     # ---------------------------------------------------------------------------- hooks
-    def _exec_socket(self, cmd: list[str], stdin: bool) -> tuple[str, DockerStreamTransport]:
+    def _exec_socket(self, cmd: list[str], stdin: bool, user: str | None = None) -> tuple[str, DockerStreamTransport]:
         try:
             exec_id = api().exec_create(self.cid, cmd, stdin=stdin, stdout=True, stderr=True,
-                                        tty=False, user=self.user, workdir=self.workdir)["Id"]
+                                        tty=False, user=user or self.user, workdir=self.workdir)["Id"]
             return exec_id, DockerStreamTransport(api().exec_start(exec_id, socket=True))
         except docker.errors.DockerException as e:
             raise _docker_error(f"exec in {self.name} failed", e) from e

@@ -36,6 +36,27 @@ class DiffTooLarge(ValueError):
     """The agent's changes produce a patch too large to keep: the agent's doing, not infra."""
 
 
+class DiffFailed(ValueError):
+    """The agent's work tree cannot be diffed (a full disk, unreadable files...): its doing."""
+
+
+class FileRefused(OSError):
+    """read_file / write_file failed in a live sandbox because of what the agent did there:
+    a tool error shown to the agent, never an infrastructure error."""
+
+
+class NotRegularFile(FileRefused):
+    """A FIFO, device or socket: refused before it is opened (it could block or never end)."""
+
+
+class UnreadableFile(FileRefused):
+    """A regular file that cannot be read (e.g. /proc/self/mem) or is too large."""
+
+
+class UnwritableFile(FileRefused):
+    """A write that failed (a full disk, a broken tree)."""
+
+
 @runtime_checkable
 class Sandbox(Protocol):
     workdir: str

@@ -92,7 +92,8 @@ def kill_ns_session(pidns: str, sid: int, *, leader: bool) -> None:
 class LocalSandbox(ShellSandbox):
     """A scratch copy of directory `image` with a persistent shell (see the module docstring)."""
 
-    def __init__(self, image: str, cfg: EnvironmentConfig, *, isolate: bool | None = None) -> None:
+    def __init__(self, image: str, cfg: EnvironmentConfig, *, isolate: bool | None = None,
+                 snapshot_git: bool = True) -> None:
         source = Path(image)
         if not source.is_dir():
             raise SandboxError(f"local sandbox: {image} is not a directory")
@@ -113,6 +114,9 @@ class LocalSandbox(ShellSandbox):
         lifecycle.track(self)
         try:
             shutil.copytree(source, self.workdir, symlinks=True)
+            if snapshot_git and (source / ".git").is_dir():  # diff() reads it; bwrap mounts it read-only
+                shutil.copytree(source / ".git", self.scratch / "git", symlinks=True)
+                self.pristine_git = str(self.scratch / "git")
             (self.scratch / "home").mkdir()
             self._start_session()
         except BaseException as e:
@@ -131,7 +135,8 @@ class LocalSandbox(ShellSandbox):
             return cmd
         s = str(self.scratch)
         argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-                "--bind", s, s, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+                "--bind", s, s, *(["--ro-bind", self.pristine_git, self.pristine_git] if self.pristine_git else []),
+                "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
                 "--cap-drop", "ALL", "--die-with-parent", "--chdir", self.workdir]
         if info_fd is not None:
             argv += ["--info-fd", str(info_fd)]

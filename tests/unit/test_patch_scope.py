@@ -57,3 +57,11 @@ def test_renames_count_both_sides():
     assert parse_numstat_z("1\t2\tpkg/a.py\0-\t-\tpkg/b.bin\0" "0\t0\t\0pkg/old.py\0tests/new.py\0") == [
         "pkg/a.py", "pkg/b.bin", "pkg/old.py", "tests/new.py"]
     assert check("pkg/old.py", "tests/new.py") == ["tests/new.py: a test file or directory"]
+
+
+def test_the_source_of_a_rename_or_copy_counts_even_where_numstat_omits_it():
+    patch = ("diff --git a/tests/test_x.py b/pkg/moved.py\nsimilarity index 100%\n"
+             "rename from tests/test_x.py\nrename to pkg/moved.py\n"
+             'diff --git "a/tests/t\\303\\251.py" b/pkg/c.py\ncopy from "tests/t\\303\\251.py"\ncopy to pkg/c.py\n')
+    assert scope_violations(patch, ["pkg/moved.py", "pkg/c.py"], TRACKED, set()) == [
+        "tests/test_x.py: a test file or directory", "tests/t\u00e9.py: a test file or directory"]
