@@ -7,6 +7,7 @@ agent's doing. Nothing here imports the backends: they build on this module.
 
 from __future__ import annotations
 
+import re
 from typing import Protocol, runtime_checkable
 
 from environments.records import ExecResult
@@ -17,6 +18,17 @@ WORKDIR = "/testbed"
 # by string hash, so under a random seed the same case gets another id in every run.
 # Nor do they read a user site-packages or write bytecode the next run would load.
 TEST_ENV = {"PYTHONHASHSEED": "0", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """Docker-style sizes: "512m", "1g", "1.5GB", "1024"."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmg]?)b?", text.strip().lower())
+    if not m:
+        raise ValueError(f"bad size {text!r}")
+    return int(float(m[1]) * _UNITS[m[2]])
 
 
 def run_env_prefix() -> str:

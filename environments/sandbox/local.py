@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -27,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import environments.sandbox.lifecycle as lifecycle
-from environments.sandbox.interface import SandboxError
+from environments.sandbox.interface import SandboxError, parse_size
 from environments.sandbox.lifecycle import owner_gone
 from environments.sandbox.shell_session import (
     Outcome,
@@ -43,17 +42,6 @@ from swerl.config import EnvironmentConfig
 SCRATCH_PREFIX = "swerl-local-"
 MAX_FILE_BYTES = 2 << 30
 HOST_GRACE_S = 15.0
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """Docker-style sizes: "512m", "1g", "1.5GB", "1024"."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmg]?)b?", text.strip().lower())
-    if not m:
-        raise ValueError(f"bad size {text!r}")
-    return int(float(m[1]) * _UNITS[m[2]])
-
-
 @lru_cache(maxsize=1)
 def bwrap_works() -> bool:
     """bwrap exists and may create namespaces here (it cannot inside many containers)."""
