@@ -109,7 +109,8 @@ class SWEEnv:
                         "then submit again.")
                 return StepResult(self._observe(note), False, False, action.text)
             except DiffFailed as e:  # also the agent's doing: a full disk, files it made unreadable
-                note = f"Not submitted: {e}. Undo what broke the work tree (free space, fix permissions), then submit again."
+                note = (f"Not submitted: {e}. Undo what broke the work tree (free space, fix permissions), "
+                        "then submit again.")
                 return StepResult(self._observe(note), False, False, action.text)
             self.done = True
             changed = sum(1 for ln in self.patch.splitlines() if ln.startswith("diff --git"))

@@ -76,7 +76,8 @@ def routes(task: TaskInstance, pkg: str | None, source: str, test_file: str) -> 
         "pytest.ini + plugin": Route({"pytest.ini": ini, **plugin}),
         "pytest.toml + plugin": Route({"pytest.toml": toml, **plugin}),
         ".pytest.toml + plugin": Route({".pytest.toml": toml, **plugin}),
-        "pyproject.toml addopts": Route(plugin, f"printf '\\n[tool.pytest.ini_options]\\naddopts = \"-p {plugin_mod}\"\\n' >> pyproject.toml"),
+        "pyproject.toml addopts": Route(
+            plugin, f"printf '\\n[tool.pytest.ini_options]\\naddopts = \"-p {plugin_mod}\"\\n' >> pyproject.toml"),
         "setup.cfg addopts": Route(plugin, f"printf '\\n[tool:pytest]\\naddopts = -p {plugin_mod}\\n' >> setup.cfg"),
         "tox.ini addopts": Route({"tox.ini": ini, **plugin}),
         "skip-all via config": Route({"pytest.ini": "[pytest]\npython_files = nothing_matches_*.py\n"}),
@@ -121,9 +122,10 @@ def routes(task: TaskInstance, pkg: str | None, source: str, test_file: str) -> 
 
 
 def raw_patches() -> dict[str, str]:
+    target = "../../usr/lib/python3/dist-packages/_pytest/x.py"
     return {"site-packages through ../": (
-        "diff --git a/../../usr/lib/python3/dist-packages/_pytest/x.py b/../../usr/lib/python3/dist-packages/_pytest/x.py\n"
-        "new file mode 100644\n--- /dev/null\n+++ b/../../usr/lib/python3/dist-packages/_pytest/x.py\n@@ -0,0 +1 @@\n+x = 1\n"
+        f"diff --git a/{target} b/{target}\nnew file mode 100644\n--- /dev/null\n+++ b/{target}\n"
+        "@@ -0,0 +1 @@\n+x = 1\n"
     )}
 
 
