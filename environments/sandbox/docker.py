@@ -14,6 +14,7 @@ sandbox costs no client process, and the persistent shell speaks Docker's multip
 
 from __future__ import annotations
 
+import logging
 import os
 import posixpath
 import select
@@ -41,6 +42,8 @@ from environments.sandbox.shell_session import (
     timeout_argv,
 )
 from swerl.config import EnvironmentConfig
+
+log = logging.getLogger(__name__)
 
 LABEL = "swerl"
 KEEPER_USER = "65534:65534"  # nobody: a different uid, so the agent cannot kill the keeper
@@ -238,6 +241,7 @@ class DockerSandbox(ShellSandbox):
         self.image, self.user, self.workdir = image, user, workdir
         self.command_timeout_s = cfg.command_timeout_s
         self.test_timeout_s = cfg.test_timeout_s
+        self.pids_limit, self.worktree_quota = cfg.pids_limit, worktree_quota
         self.output_cap_bytes = cfg.output_cap_bytes
         super().__init__()
         self.session_label = session or lifecycle.session_id()
@@ -340,11 +344,35 @@ class DockerSandbox(ShellSandbox):
         if session.pid > 0:
             self._interrupt(session.pid, everything=True)
 
-    def _reset(self) -> None:
+    def _reset(self) -> str | None:
+        """Kill every process of the sandbox user, with room to start the killer (a fork bomb
+        may hold every pid); when even that fails, restart the container, which empties its
+        tmpfs mounts: the work tree is then copied in afresh, and the caller says so."""
+        try:
+            self._set_pids_limit(self.pids_limit + 64)
+            try:
+                self._exec_wait(["bash", "-c", "for _ in 1 2 3 4 5; do kill -9 -1 2>/dev/null; done"], timeout=10)
+            finally:
+                self._set_pids_limit(self.pids_limit)
+            return None
+        except (SandboxError, docker.errors.DockerException) as e:
+            log.warning("%s: could not kill its processes (%s); restarting it", self.name, e)
         try:
             api().restart(self.cid, timeout=0)
         except docker.errors.DockerException as e:
             raise _docker_error(f"restart of {self.name} failed", e) from e
+        if not self.worktree_quota:
+            return f"files in {self.workdir} were kept, /tmp was cleared"
+        for path in (self.workdir, HOME_DIR):
+            self._copy_in(path)
+        return f"the container was restarted: {self.workdir} is back to the task's original files, /tmp was cleared"
+
+    def _set_pids_limit(self, limit: int) -> None:
+        """`docker update --pids-limit` (docker-py's update_container lacks the field)."""
+        if limit > 0:
+            client = api()
+            res = client._post_json(client._url("/containers/{0}/update", self.cid), data={"PidsLimit": limit})
+            client._raise_for_status(res)
 
     def _run(self, cmd: str, timeout: float, cap_bytes: int) -> Outcome:
         t0 = time.monotonic()

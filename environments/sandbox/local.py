@@ -185,7 +185,7 @@ class LocalSandbox(ShellSandbox):
         self._kill_members(session, leader=True)
         _kill_group(session.handle[0])
 
-    def _reset(self) -> None:
+    def _reset(self) -> str | None:
         """Nothing outlives its session here: with bwrap the pid namespace dies with it."""
 
     def _run(self, cmd: str, timeout: float, cap_bytes: int) -> Outcome:

@@ -381,7 +381,8 @@ class ShellSandbox:
     the session (bash reads its script a byte at a time, ~0.5 s per MB).
 
     A backend provides `_open_session(cwd)`, `_kill_session(session)` (the shell and its
-    children), `_reset()` (kill every process, keep the files), `_run(cmd, timeout, cap)`,
+    children), `_reset()` (kill every process; returns what happened to the files, None: kept),
+    `_run(cmd, timeout, cap)`,
     `alive` and `_destroy(session)`.
     """
 
@@ -406,7 +407,7 @@ class ShellSandbox:
     def _kill_session(self, session: ShellSession) -> None:
         raise NotImplementedError
 
-    def _reset(self) -> None:
+    def _reset(self) -> str | None:
         raise NotImplementedError
 
     def _run(self, cmd: str, timeout: float, cap_bytes: int) -> Outcome:
@@ -468,10 +469,9 @@ class ShellSandbox:
                 raise self._mark_dead(f"the sandbox died (container or process is gone): {e}") from e
             log.warning("%s: a new shell session failed (%s); resetting the sandbox", self.workdir, e)
         try:
-            self._reset()
+            files = self._reset() or f"files in {self.workdir} were kept"
             self._session = self._open_session(cwd)
-            return (f"\n[swerl: the sandbox was restarted: every process was killed, files in "
-                    f"{self.workdir} were kept, /tmp was cleared; now in {cwd}]")
+            return f"\n[swerl: the sandbox was reset: every process was killed, {files}; now in {cwd}]"
         except (SandboxError, OSError) as e:
             raise self._mark_dead(f"the sandbox could not be recovered: {e}") from e
 
