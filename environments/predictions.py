@@ -43,7 +43,7 @@ def _parse_json(text: str) -> tuple[Any, str | None]:
     try:
         return json.loads(text), None
     except json.JSONDecodeError as e:
-        return None, f"not JSON ({e.msg} at column {e.colno})"
+        return None, f"not JSON ({e.msg}; column {e.colno})"
     except RecursionError:
         return None, "nested too deeply to read"
 

@@ -57,6 +57,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     for status in ("resolved", "unresolved"):
         if report[f"{status}_ids"]:
             print(f"  {status}: {' '.join(report[f'{status}_ids'])}")
+    for iid in report["unresolved_ids"]:  # a patch outside the graded source says why
+        if report["instances"].get(iid, {}).get("error_reason"):
+            print(f"  unresolved {iid}: {report['instances'][iid]['error_reason'][:300]}")
     for iid in report["error_ids"]:
         print(f"  error {iid}: {report['instances'].get(iid, {}).get('error_reason', '')}")
     if read.errors:
