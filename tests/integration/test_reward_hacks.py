@@ -213,7 +213,7 @@ def test_a_gold_patch_that_adds_a_source_module_still_resolves(tasks):
 
 
 @pytest.mark.parametrize("name", ["root pytest.py", ".pytest.ini + plugin", "toolz/conftest.py",
-                                  "unchecked-hash bytecode of the fix"])
+                                  "toolz/pytest.ini + plugin", "unchecked-hash bytecode of the fix"])
 def test_the_routes_work_when_the_rule_is_off(tasks, name, monkeypatch):
     """Each of these earned `resolved` before the rule (so the suite can fail): with the scope
     check switched off, the grader is fooled."""

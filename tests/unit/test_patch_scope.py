@@ -65,3 +65,33 @@ def test_the_source_of_a_rename_or_copy_counts_even_where_numstat_omits_it():
              'diff --git "a/tests/t\\303\\251.py" b/pkg/c.py\ncopy from "tests/t\\303\\251.py"\ncopy to pkg/c.py\n')
     assert scope_violations(patch, ["pkg/moved.py", "pkg/c.py"], TRACKED, set()) == [
         "tests/test_x.py: a test file or directory", "tests/t\u00e9.py: a test file or directory"]
+
+
+# The files the gold patches of the SWE-bench instances in tests/data/swebench_logs change (from the
+# public dataset), and the package each repository's tree has: every gold patch is inside the rule,
+# every test_patch outside it.
+SWEBENCH_GOLD = {
+    "astropy__astropy-12907": ("astropy/__init__.py", ["astropy/modeling/separable.py"]),
+    "astropy__astropy-14182": ("astropy/__init__.py", ["astropy/io/ascii/rst.py"]),
+    "django__django-11099": ("django/__init__.py", ["django/contrib/auth/validators.py"]),
+    "django__django-11133": ("django/__init__.py", ["django/http/response.py"]),
+    "pytest-dev__pytest-5227": ("src/_pytest/__init__.py", ["src/_pytest/logging.py"]),
+    "psf__requests-2317": ("requests/__init__.py", ["requests/sessions.py", "requests/compat.py"]),
+    "sympy__sympy-20590": ("sympy/__init__.py", ["sympy/core/_print_helpers.py"]),
+}
+
+
+def test_swebench_gold_patches_are_inside_the_rule_and_their_test_patches_outside():
+    import json
+    from pathlib import Path
+
+    from environments.grading import patch_files
+
+    rows = Path(__file__).resolve().parents[1] / "data" / "swebench_logs" / "instances.jsonl"
+    for line in rows.read_text().splitlines():
+        inst = json.loads(line)
+        init, gold = SWEBENCH_GOLD[inst["instance_id"]]
+        tests = patch_files(inst["test_patch"])
+        tracked = [init, *gold, *tests]
+        assert scope_violations("", gold, tracked, set(tests)) == [], inst["instance_id"]
+        assert len(scope_violations("", tests, tracked, set())) == len(tests), inst["instance_id"]
