@@ -19,6 +19,7 @@ import os
 import posixpath
 import select
 import socket
+import tarfile
 import tempfile
 import threading
 import time
@@ -53,7 +54,7 @@ MAX_FILE_BYTES = 2 << 30  # `ulimit -f` inside: no single file above this
 # cannot cap a container's writable layer): the work tree (its files copied in at start), /tmp,
 # HOME, /var/tmp, /run/lock and /dev/shm. tmpfs pages count as the container's memory, so the
 # memory limit is the config's plus the sum of these: files cannot starve the processes.
-WORKTREE_QUOTA = "512m"
+WORKTREE_QUOTA = "512m"  # what the agent may add to the work tree, beyond the repo's own size
 SMALL_TMPFS = {"/var/tmp": "64m", "/run/lock": "1m"}
 HOME_DIR, HOME_SIZE = "/home/swerl", "64m"
 SHM_SIZE = "64m"
@@ -189,27 +190,70 @@ class DockerStreamTransport:
 # ----------------------------------------------------------------------------- containers
 
 
-def quota_bytes(tmp_size: str, worktree_quota: str | None) -> int:
-    """The most the sandbox can write in total: the sum of its tmpfs mounts."""
+def quota_bytes(tmp_size: str, worktree_quota: str | None, tree_bytes: int = 0) -> int:
+    """The most the sandbox can write in total: the sum of its tmpfs mounts (the work tree's
+    holds the repo's `tree_bytes` plus `worktree_quota`)."""
     sizes = [tmp_size, SHM_SIZE, *SMALL_TMPFS.values()]
     if worktree_quota:
         sizes += [worktree_quota, HOME_SIZE]
-    return sum(parse_size(x) for x in sizes)
+    return sum(parse_size(x) for x in sizes) + (tree_bytes if worktree_quota else 0)
 
 
-def _tmpfs(workdir: str, tmp_size: str, worktree_quota: str | None) -> dict[str, str]:
+_TREE_BYTES: dict[tuple[str, str], int] = {}
+_TREE_LOCK = threading.Lock()
+
+
+def tree_bytes(image: str, path: str) -> int:
+    """What the image's files under `path` take on a tmpfs (pages, a page per entry), measured
+    once per image and path in this process from a container that is never started."""
+    with _TREE_LOCK:
+        if (image, path) in _TREE_BYTES:
+            return _TREE_BYTES[(image, path)]
+    page = 4096
+    cid = api().create_container(image, command=["true"], labels={LABEL: "1", "swerl.owner": owner_label()})["Id"]
+    try:
+        stream, _ = api().get_archive(cid, path)
+        with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as tar:
+            total = sum(page + -(-m.size // page) * page for m in tar)
+    except docker.errors.NotFound:
+        total = 0
+    finally:
+        api().remove_container(cid, force=True)
+    with _TREE_LOCK:
+        _TREE_BYTES[(image, path)] = total
+    return total
+
+
+class _ChunkReader:
+    """A file-like `read(n)` over an iterator of byte chunks (a streamed archive)."""
+
+    def __init__(self, chunks: Any) -> None:
+        self.chunks, self.buf = iter(chunks), b""
+
+    def read(self, n: int = -1) -> bytes:
+        while n < 0 or len(self.buf) < n:
+            chunk = next(self.chunks, b"")
+            if not chunk:
+                break
+            self.buf += chunk
+        out, self.buf = (self.buf, b"") if n < 0 else (self.buf[:n], self.buf[n:])
+        return out
+
+
+def _tmpfs(workdir: str, tmp_size: str, worktree_quota: str | None, tree: int) -> dict[str, str]:
     opts = "rw,nosuid,nodev"
     mounts = {"/tmp": f"{opts},size={tmp_size},mode=1777"}
     if worktree_quota:
         owned = f"uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0755"
-        mounts |= {workdir: f"{opts},size={worktree_quota},{owned}", HOME_DIR: f"{opts},size={HOME_SIZE},{owned}"}
+        work = parse_size(worktree_quota) + tree
+        mounts |= {workdir: f"{opts},size={work},{owned}", HOME_DIR: f"{opts},size={HOME_SIZE},{owned}"}
         mounts |= {path: f"{opts},size={size},mode=1777" for path, size in SMALL_TMPFS.items()}
     return mounts
 
 
 def _host_config(cfg: EnvironmentConfig, workdir: str, tmp_size: str, max_file_bytes: int,
-                 worktree_quota: str | None) -> dict[str, Any]:
-    memory = parse_size(cfg.memory) + quota_bytes(tmp_size, worktree_quota)
+                 worktree_quota: str | None, tree: int) -> dict[str, Any]:
+    memory = parse_size(cfg.memory) + quota_bytes(tmp_size, worktree_quota, tree)
     return api().create_host_config(
         network_mode="none",
         init=True,
@@ -220,7 +264,7 @@ def _host_config(cfg: EnvironmentConfig, workdir: str, tmp_size: str, max_file_b
         memswap_limit=memory,  # no swap: a memory bomb meets the OOM killer, not the disk
         pids_limit=cfg.pids_limit,
         shm_size=SHM_SIZE,
-        tmpfs=_tmpfs(workdir, tmp_size, worktree_quota),
+        tmpfs=_tmpfs(workdir, tmp_size, worktree_quota, tree),
         ulimits=[Ulimit(name="fsize", soft=max_file_bytes, hard=max_file_bytes)],
     )
 
@@ -250,10 +294,11 @@ class DockerSandbox(ShellSandbox):
         lifecycle.track(self)  # before create: an interrupt in between still removes it by name
         lifecycle.on_exit(_sweep_own_session)
         try:
+            tree = tree_bytes(image, workdir) if worktree_quota else 0
             self.cid = api().create_container(
                 image, command=["sleep", "infinity"], name=self.name, user=KEEPER_USER,
                 working_dir=workdir,
-                host_config=_host_config(cfg, workdir, tmp_size, max_file_bytes, worktree_quota),
+                host_config=_host_config(cfg, workdir, tmp_size, max_file_bytes, worktree_quota, tree),
                 labels={LABEL: "1", "swerl.session": self.session_label, "swerl.owner": owner_label()},
             )["Id"]
             api().start(self.cid)

@@ -41,13 +41,13 @@ def sb(image):
 
 
 def test_container_settings(sb):
-    from environments.sandbox.docker import TMP_SIZE, WORKTREE_QUOTA, api, quota_bytes
+    from environments.sandbox.docker import TMP_SIZE, WORKTREE_QUOTA, api, quota_bytes, tree_bytes
 
     info = api().inspect_container(sb.cid)
     host = info["HostConfig"]
     assert host["NetworkMode"] == "none" and host["Init"] is True
     assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
-    memory = (256 << 20) + quota_bytes(TMP_SIZE, WORKTREE_QUOTA)  # the tmpfs mounts count as memory
+    memory = (256 << 20) + quota_bytes(TMP_SIZE, WORKTREE_QUOTA, tree_bytes(sb.image, "/testbed"))  # tmpfs is memory
     assert host["NanoCpus"] == 500_000_000 and host["Memory"] == memory
     assert host["MemorySwap"] == memory and host["PidsLimit"] == 64
     assert set(host["Tmpfs"]) == {"/testbed", "/tmp", "/home/swerl", "/var/tmp", "/run/lock"}
