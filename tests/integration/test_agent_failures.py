@@ -132,3 +132,23 @@ def test_a_sandbox_cannot_write_more_than_its_quota_in_total(task):
           f"landed beside the repo's {before / 2**20:.1f} MiB; {total / 2**20:.1f} MiB in all, "
           f"quota {quota / 2**20:.1f} MiB")
     assert before < total <= quota
+
+
+def test_a_file_that_is_not_utf8_is_diffed_and_applied_byte_exact(task):
+    """No byte is replaced on the way: the patch carries it as a GIT binary patch, and the grader's
+    `git apply --binary` in a fresh sandbox reproduces the file exactly."""
+    import base64
+
+    from environments.sandbox import open_sandbox
+
+    data = b"# caf\xe9 \xff\xfe\r\nVALUE = 1\n"
+    with open_sandbox(task.image, CFG) as sb:
+        sb.write_file("toolz/latin1.py", data)
+        sb.exec(FIX)
+        patch = sb.diff()
+    assert "GIT binary patch" in patch and "\ufffd" not in patch
+    with open_sandbox(task.image, CFG) as fresh:
+        fresh.write_file("/tmp/p.patch", patch)
+        res = fresh.run("git apply --binary /tmp/p.patch && base64 -w0 toolz/latin1.py && git diff --stat | tail -1")
+    assert res.exit_code == 0, res.output
+    assert base64.b64decode(res.output.split()[0]) == data and "1 file changed" in res.output
