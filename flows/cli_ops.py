@@ -65,6 +65,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         out = {"exec": bench_exec(n=args.n, cfg=cfg.environment)}
         tasks = tasks_with_images(args.tasks or "data/fixtures/tasks.jsonl")
         out["grading"] = bench_grading(tasks[0], n=max(3, args.n // 40), env_cfg=cfg.environment)
+    elif args.what == "rollout" and args.backends:
+        from bench.rollout import bench_backends
+
+        out = bench_backends(cfg, [b.strip() for b in args.backends.split(",") if b.strip()], progress=True)
     elif args.what == "rollout":
         from bench.rollout import bench_rollout
 
@@ -88,6 +92,8 @@ def add_bench(sub: SubParsers) -> None:
     add_config_args(p)
     p.add_argument("--n", type=int, default=200, help="samples for the env bench")
     p.add_argument("--tasks", help="tasks.jsonl for the grading bench (default: the fixtures)")
+    p.add_argument("--backends", help="rollout bench: compare these rollout backends (e.g. hf,vllm) on the "
+                                      "preset's rollout shape, instead of batched against sequential")
     p.set_defaults(func=cmd_bench)
 
 

@@ -118,8 +118,24 @@ class EnvironmentConfig(Strict):
     window: int = Field(100, ge=10)  # lines shown by the file viewer
 
 
+class VLLMEngineConfig(Strict):
+    """The in-process vLLM engine (rollout.backend=vllm): what it must be told on each machine."""
+
+    # skip torch.compile and graph capture: on 2 CPU cores the engine starts in ~50 s, not ~150 s
+    enforce_eager: bool = True
+    # KV cache size; None = vLLM's own sizing, which on CPU wants 92% of the machine's memory
+    # and refuses to start beside containers and a trainer
+    kv_cache_gib: float | None = Field(2.0, gt=0)
+    # off: per-request seeds with a chunked prefill crash the CPU engine ("CPU Generator does not
+    # use offset"); whole-prompt prefills keep every seeded row reproducible
+    chunked_prefill: bool = False
+    max_model_len: int | None = Field(None, ge=256)  # None = the model's own context length
+    max_num_seqs: int | None = Field(None, ge=1)  # requests batched at once; None = vLLM's default
+
+
 class RolloutConfig(Strict):
     backend: Literal["hf", "openai", "vllm"] = "hf"
+    vllm: VLLMEngineConfig = Field(default_factory=VLLMEngineConfig)  # for backend=vllm
     model: str = "default"  # "default" = the cached SmolLM2-135M-Instruct
     server_url: str | None = None  # for backend=openai
     # "auto": bfloat16 where the device has bf16 units, else float32 (training/precision.py)

@@ -7,8 +7,10 @@ config (same run id) finds it. Prefect and MLflow reach a run through the callba
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -19,6 +21,8 @@ from swerl.model_cache import resolve_model
 from swerl.paths import state_dir
 from training.checkpoint import is_complete
 from training.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
 
 MetricsFn = Callable[[str, dict[str, float], int | None], None]  # (stage, metrics, step)
 
@@ -90,14 +94,18 @@ def publish_checkpoint(ctx: RunContext, local_dir: str | Path, name: str) -> str
 
 
 def backend_for(ctx: RunContext, policy: str) -> Any:
-    """One inference backend per run, reloading weights when the policy changes."""
+    """One inference backend per run, started once; a policy change loads the new weights into it."""
     from training.inference import make_backend
 
     path = model_dir(ctx, policy)
+    t0 = time.monotonic()
     if ctx.engine is None:
         ctx.engine = make_backend(ctx.cfg.rollout.model_copy(update={"model": path}))
+        log.info("rollout engine %s started on %s in %.1f s", type(ctx.engine).__name__, policy,
+                 time.monotonic() - t0)
     elif ctx.engine_policy_path != path:
         ctx.engine.load_weights(path)
+        log.info("rollout engine took the weights of %s in %.2f s", policy, time.monotonic() - t0)
     ctx.engine_policy_path = path
     ctx.engine.policy_version = policy
     return ctx.engine

@@ -81,7 +81,7 @@ class Trainer:
         self.accelerator = Accelerator()
         self.progress = progress and self.accelerator.is_main_process
         if cfg.gradient_checkpointing:
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr or cfg.lr,
                                       weight_decay=cfg.weight_decay)
         warmup = math.ceil(cfg.warmup_ratio * total_steps)

@@ -12,6 +12,7 @@ pytestmark = pytest.mark.unit
 
 @pytest.mark.parametrize("what, module, names", [
     ("rollout", "bench.rollout", ["bench_rollout"]),
+    ("rollout --backends hf,vllm", "bench.rollout", ["bench_backends"]),
     ("train", "bench.train", ["bench_train"]),
     ("update", "bench.update_shape", ["bench_update"]),
     ("env", None, None),
@@ -33,5 +34,5 @@ def test_bench_commands_bind_to_the_benchmarks(what, module, names, monkeypatch,
 
         monkeypatch.setattr(m, name, fake)
     monkeypatch.setattr(cli_ops, "tasks_with_images", lambda path: [object()])
-    assert cli.main(["bench", what, "--preset", "smoke"]) == 0
+    assert cli.main(["bench", *what.split(), "--preset", "smoke"]) == 0
     assert called == [n for _, n in pairs]

@@ -1,6 +1,5 @@
 """The HTTP contract between the openai client and a server, without a model or a socket."""
 
-import importlib.util
 import json
 
 import httpx
@@ -156,8 +155,51 @@ def test_client_reports_http_errors_and_missing_weight_swap():
                        http=httpx.Client(transport=httpx.MockTransport(handle)))
     with pytest.raises(InferenceServerError, match="HTTP 400.*top_k unsupported"):
         be.generate([[1]], SamplingParams(max_new_tokens=4))
-    with pytest.raises(NotImplementedError, match="restart"):
+    with pytest.raises(InferenceServerError, match="VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls"):
         be.load_weights("/some/ckpt")
+
+
+def _vllm_dev_server(calls, rpc_status=200):
+    """A mock ``vllm serve`` in dev mode: records each weight-update call it is sent."""
+    def handle(request):
+        path = request.url.path
+        if path == "/v1/models":
+            return httpx.Response(200, json={"data": [{"id": "m", "owned_by": "vllm"}]})
+        if path == "/swerl/load_weights":
+            return httpx.Response(404)
+        body = json.loads(request.content) if request.content else None
+        calls.append((path, dict(request.url.params), body))
+        if path == "/collective_rpc" and rpc_status != 200:
+            return httpx.Response(rpc_status, text="no method swerl_reload")
+        if path == "/reset_prefix_cache":
+            return httpx.Response(200, json={"success": True})
+        return httpx.Response(200, json={})
+    return handle
+
+
+def test_client_updates_vllm_serve_weights_in_order(tmp_path):
+    ckpt = tmp_path / "rft-0"
+    ckpt.mkdir()
+    (ckpt / "swerl.json").write_text(json.dumps({"version": "run-rft-0"}))
+    calls = []
+    be = OpenAIBackend("http://srv", tokenizer=TinyTokenizer(),
+                       http=httpx.Client(transport=httpx.MockTransport(_vllm_dev_server(calls))))
+    be.load_weights(str(ckpt))
+    assert [c[0] for c in calls] == ["/pause", "/collective_rpc", "/reset_prefix_cache",
+                                     "/update_weight_version", "/resume"]
+    assert calls[0][1] == {"mode": "wait"}  # the running requests finish on the old weights
+    assert calls[1][2] == {"method": "swerl_reload", "args": [str(ckpt)]}
+    assert calls[3][2] == {"new_version": "run-rft-0"} and be.policy_version == "run-rft-0"
+
+
+def test_client_resumes_vllm_serve_when_the_swap_fails(tmp_path):
+    calls = []
+    be = OpenAIBackend("http://srv", tokenizer=TinyTokenizer(),
+                       http=httpx.Client(transport=httpx.MockTransport(_vllm_dev_server(calls, 500))))
+    with pytest.raises(InferenceServerError, match="HTTP 500.*swerl_reload"):
+        be.load_weights(str(tmp_path))
+    assert [c[0] for c in calls] == ["/pause", "/collective_rpc", "/resume"]
+    assert be.policy_version == "m"  # unchanged: the old weights still serve
 
 
 def test_openai_backend_needs_server_url():
@@ -165,10 +207,32 @@ def test_openai_backend_needs_server_url():
         make_backend(RolloutConfig(backend="openai"))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
-def test_vllm_backend_without_vllm_names_the_gpu_extra():
-    with pytest.raises(ImportError, match=r"`gpu` extra"):
-        make_backend(RolloutConfig(backend="vllm"))
+def test_vllm_backend_falls_back_to_hf_where_vllm_is_missing(monkeypatch, caplog):
+    import sys
+
+    from training.inference import prefix_cache, vllm_backend
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
+    with pytest.raises(ImportError, match="make venv"):
+        vllm_backend.import_vllm()
+    monkeypatch.setattr(prefix_cache, "PrefixCachingHFBackend", lambda *a, **kw: ("hf", a, kw))
+    with caplog.at_level("WARNING"):
+        got = make_backend(RolloutConfig(backend="vllm", dtype="bfloat16"))
+    assert got[0] == "hf" and got[2]["dtype"] == "bfloat16"
+    assert "falling back to rollout.backend=hf" in caplog.text
+
+
+def test_vllm_engine_knobs_become_engine_arguments():
+    from swerl.config import VLLMEngineConfig
+    from training.inference.vllm_backend import engine_args
+
+    args = engine_args(VLLMEngineConfig(kv_cache_gib=1.5, max_model_len=4096, max_num_seqs=32))
+    assert args["kv_cache_memory_bytes"] == int(1.5 * 2**30) and args["max_model_len"] == 4096
+    assert args["max_num_seqs"] == 32 and args["enforce_eager"] is True
+    assert args["enable_chunked_prefill"] is False and args["enable_prefix_caching"] is True
+    assert args["worker_extension_cls"] == "training.inference.vllm_sync.WeightSync"
+    defaults = engine_args(VLLMEngineConfig(kv_cache_gib=None))
+    assert "kv_cache_memory_bytes" not in defaults and "max_model_len" not in defaults
 
 
 class CharTokenizer(TinyTokenizer):

