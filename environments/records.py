@@ -21,6 +21,7 @@ class TaskFormatError(ValueError):
     """A task record that cannot be loaded; names the line (when known) and the field."""
 
 
+IMAGE_ERROR = "image_error"  # meta key: why a task could get no image
 MAX_NESTING = 64  # of `meta` and the upstream extras: deeper means a broken or hostile record
 
 
@@ -151,6 +152,14 @@ class TaskInstance:
     @property
     def project(self) -> str:
         return self.meta.get("project") or self.repo
+
+    @property
+    def no_image_reason(self) -> str:
+        """Why this task has no image ("" when it has one): what `images.build_images` said,
+        kept in `meta["image_error"]`, so a grader reports it instead of a bare failure."""
+        if self.image:
+            return ""
+        return self.meta.get(IMAGE_ERROR) or "no image (task.image is empty and no build was tried)"
 
 
 @dataclass
