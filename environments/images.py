@@ -186,7 +186,8 @@ def env_dockerfile(spec: EnvSpec, base: str) -> str:
         "COPY src/ /testbed/",
         "WORKDIR /testbed",
     ]
-    if spec.kind != "sdist":
+    if spec.kind != "sdist":  # SWE-bench specs call `pytest`; bullseye ships it as pytest-3 only
+        lines.append("RUN command -v pytest >/dev/null || ln -s /usr/bin/pytest-3 /usr/local/bin/pytest")
         lines.append(f"RUN git checkout -q -f {shlex.quote(spec.version)}")
     if spec.pip:
         lines.append("RUN pip install " + " ".join(shlex.quote(r) for r in spec.pip))
