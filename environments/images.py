@@ -199,7 +199,13 @@ def env_dockerfile(spec: EnvSpec, base: str) -> str:
 
 
 def _spec_id(spec: EnvSpec) -> str:
-    return json.dumps(spec.to_dict(), sort_keys=True)
+    """What decides an env image's content. A git source is its repository and commit, not the
+    place it was cloned from: the same commit from GitHub or from any mirror directory is the
+    same image (a mirror unpacked in a fresh temp dir is still a cache hit)."""
+    d = spec.to_dict()
+    if spec.kind != "sdist" and spec.repo:
+        d["source"] = f"git:{spec.repo}"
+    return json.dumps(d, sort_keys=True)
 
 
 def env_tag(spec: EnvSpec, base: str) -> str:

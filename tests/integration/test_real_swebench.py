@@ -22,6 +22,7 @@ from environments.curation.importers import import_tasks
 from environments.grading import grade
 from environments.images import build_images
 from swerl.config import load_config
+from tests.swebench_reference import as_eval_log, swebench_verdict
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -53,7 +54,8 @@ ROWS = [
 
 
 @pytest.mark.parametrize("iid, release, python, substitution", ROWS, ids=[r[0] for r in ROWS])
-def test_a_row_imports_with_swebenchs_spec_builds_offline_and_grades(imported, iid, release, python, substitution):
+def test_a_row_imports_with_swebenchs_spec_builds_offline_and_grades(imported, iid, release, python, substitution,
+                                                                   tmp_path):
     task = imported[iid]
     assert task.meta["env_recipe"]["origin"] == "swebench" and task.meta["env_spec"]["python"] == release
     assert task.meta.get("python_substitution") == substitution
@@ -77,6 +79,13 @@ def test_a_row_imports_with_swebenchs_spec_builds_offline_and_grades(imported, i
     assert empty.status == "unresolved"
     assert empty.tests_status["FAIL_TO_PASS"]["failure"] == task.FAIL_TO_PASS
     assert sorted(empty.tests_status["PASS_TO_PASS"]["success"]) == sorted(task.PASS_TO_PASS)
+    for label, res in (("gold", gold), ("empty", empty)):  # parity with swebench's grading of this log
+        log = tmp_path / f"{iid}.{label}.log"
+        log.write_text(as_eval_log(res.log))
+        ref = swebench_verdict(task.to_dict(), log)
+        assert ref["resolved"] == res.resolved
+        assert ref["tests_status"]["FAIL_TO_PASS"] == res.tests_status["FAIL_TO_PASS"]
+        assert ref["tests_status"]["PASS_TO_PASS"] == res.tests_status["PASS_TO_PASS"]
 
 
 def test_the_papers_filters_count_each_drop_with_its_reason(imported):
