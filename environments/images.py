@@ -46,6 +46,16 @@ BUILD_CA_LINES = [
     "ARG PIP_CERT=/etc/swerl-build-ca.crt",
 ]
 
+# Upstream (SWE-bench-style) environments get their own venv, as SWE-bench's get a conda env:
+# their specs pin versions of what Debian installed (pytest, pluggy), which pip cannot replace in
+# the system site; and their `test_cmd` calls `pytest`. setuptools stays below 70: old repos
+# still import pkg_resources and install with `setup.py develop`.
+TESTBED_VENV = [
+    "RUN python3 -m venv /opt/testbed && /opt/testbed/bin/pip install -q --upgrade pip 'setuptools<70' wheel",
+    "ENV PATH=/opt/testbed/bin:$PATH VIRTUAL_ENV=/opt/testbed",
+]
+TESTBED_PYTEST = "RUN python -m pytest --version >/dev/null 2>&1 || pip install -q pytest"
+
 # Build and cache files that must never show up in the agent's diff nor in the base commit.
 GIT_EXCLUDE = ("*.egg-info/", "__pycache__/", "*.py[co]", ".pytest_cache/", ".eggs/")
 
@@ -186,12 +196,14 @@ def env_dockerfile(spec: EnvSpec, base: str) -> str:
         "COPY src/ /testbed/",
         "WORKDIR /testbed",
     ]
-    if spec.kind != "sdist":  # SWE-bench specs call `pytest`; bullseye ships it as pytest-3 only
-        lines.append("RUN command -v pytest >/dev/null || ln -s /usr/bin/pytest-3 /usr/local/bin/pytest")
+    if spec.kind != "sdist":
+        lines += TESTBED_VENV
         lines.append(f"RUN git checkout -q -f {shlex.quote(spec.version)}")
     if spec.pip:
         lines.append("RUN pip install " + " ".join(shlex.quote(r) for r in spec.pip))
     lines.append(f"RUN {spec.install}")
+    if spec.kind != "sdist":
+        lines.append(TESTBED_PYTEST)
     if spec.kind == "sdist":  # a clean one-commit repo: synthesis works on this image directly
         lines.append(f"RUN {CLEAN_BYTECODE} && {RESET_HISTORY}")
     lines += ["RUN chown -R swerl:swerl /testbed", "USER swerl", ""]
