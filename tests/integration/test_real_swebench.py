@@ -126,3 +126,23 @@ def test_swerl_grade_reports_tasks_without_an_image_and_grades_the_rest(imported
     assert "swebench has no spec for nobody/nothing" in reasons["nobody__nothing-1"]
     assert "'jessie' is not a Debian release" in reasons["bad__spec-1"]
     print("[real-swebench] grade:", out.stdout.strip())
+
+
+def test_a_prebuilt_image_of_the_dataset_is_used_first_when_it_is_here(imported):
+    """No registry answers here, so the dataset's image is put in place by tagging our own
+    build with SWE-bench's name for it; the task then takes the prebuilt route (our thin layer on
+    top: the user, one-commit history) and grades the same."""
+    task = imported[IID]
+    built = build_images([task], progress=lambda line: None).images[IID]
+    ref = "swebench/sweb.eval.x86_64.marshmallow-code_1776_marshmallow-1343:latest"
+    subprocess.run(["docker", "tag", built, ref], check=True)
+    try:
+        got = build_images([task], progress=lambda line: None)
+        assert got.routes == {IID: f"prebuilt {ref}"} and got.images[IID].startswith("swerl-pre.")
+        env = load_config("smoke").environment
+        assert grade(task, task.patch, env, got.images[IID]).status == "resolved"
+        log = subprocess.run(["docker", "run", "--rm", "--network", "none", got.images[IID],
+                              "git", "log", "--format=%s"], capture_output=True, text=True, check=True)
+        assert log.stdout.split() == ["base"]
+    finally:
+        subprocess.run(["docker", "rmi", ref], capture_output=True)
