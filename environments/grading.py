@@ -1,9 +1,13 @@
 """Grading: does a candidate patch make the task's tests pass, judged the way SWE-bench judges.
 
-One FRESH sandbox of the instance image per verdict (nothing the agent did survives) runs one
-script (`grading_script`): apply the patch, restore the test files and apply `test_patch`, run
-`test_cmd`; the log is parsed per test and judged by SWE-bench's own report functions
-(`get_eval_tests_report` / `get_resolution_status`, called, not re-implemented): a test
+One FRESH sandbox of the instance image per verdict (nothing the agent did survives). The patch
+is first held to the source rule (environments/patch_scope.py: only the repository's own source
+files, never tests, configs, root modules or anything else Python or pytest would load); one
+outside it is `unresolved` with the reasons, and no test runs. Then one script
+(`grading_script`): apply the patch, restore the test files and apply `test_patch`, run
+`test_cmd` (with TEST_ENV: no user site, no bytecode written); the log is parsed per test and
+judged by SWE-bench's own report functions (`get_eval_tests_report` / `get_resolution_status`,
+called, not re-implemented): a test
 succeeds when PASSED or XFAIL; resolved iff every FAIL_TO_PASS and PASS_TO_PASS test succeeds.
 Status `error` (with `error_reason`) is for verdicts we could not reach, never a silent 0 (see
 `verdict`); a patch that breaks importing the tests is the patch's fault: `unresolved`.
@@ -11,8 +15,6 @@ Status `error` (with `error_reason`) is for verdicts we could not reach, never a
 
 from __future__ import annotations
 
-import json
-import posixpath
 import re
 import shlex
 import time
@@ -26,6 +28,8 @@ from swebench.harness.constants import (
 from swebench.harness.grading import get_eval_tests_report, get_resolution_status
 
 from environments.log_parsers import StatusMap, output_section, parse_log, strip_ansi
+from environments.patch_scope import parse_numstat_z, scope_violations
+from environments.predictions import read_predictions
 from environments.records import GradeResult, TaskInstance
 from environments.sandbox import SandboxError, open_sandbox, run_env_prefix
 from swerl.config import EnvironmentConfig
@@ -39,15 +43,14 @@ TEST_EXIT = ">>>>> swerl: test exit code "
 LOG_FOLLOWS = ">>>>> swerl: test log follows"
 EMPTY_PATCH_LOG = ">>>>> swerl: empty patch: unresolved, no tests run"
 SWEBENCH_FAILURES = (APPLY_PATCH_FAIL, RESET_FAILED, TESTS_ERROR, TESTS_TIMEOUT)
-# Root files that can configure pytest (`addopts = -p some_module` loads a plugin) and conftest.py
-# files can flip outcomes; they are restored too. A fix never needs them to pass its tests.
-PYTEST_CONFIGS = ("pytest.ini", "pyproject.toml", "setup.cfg", "tox.ini")
+OUT_OF_SCOPE = "patch changes files outside the graded source (environments/patch_scope.py)"
+_SPLIT = ">>>>> swerl: numstat follows"
 _COLLECTION_ERROR = re.compile(
     r"errors? during collection|ImportError while loading conftest|ERROR collecting ", re.I
 )
 
 
-# ---------------------------------------------------------------- what to restore
+# ---------------------------------------------------------------- what is graded
 
 
 def patch_files(patch: str) -> list[str]:
@@ -61,51 +64,67 @@ def patch_files(patch: str) -> list[str]:
     return list(dict.fromkeys(files))
 
 
-def protected_files(task: TaskInstance) -> list[str]:
-    """Files that decide the verdict and must be in their base (+ test_patch) state: those
-    `test_patch` touches, those named in FAIL_TO_PASS / PASS_TO_PASS, the `conftest.py` files
-    above them and the root files that configure pytest (a hook or a plugin there could flip
-    outcomes), so editing tests cannot earn a pass."""
+def task_test_files(task: TaskInstance) -> list[str]:
+    """The task's own test files: those `test_patch` touches and those FAIL_TO_PASS /
+    PASS_TO_PASS name. The grader writes them fresh from the record before the tests run."""
     files = patch_files(task.test_patch)
     for test in task.FAIL_TO_PASS + task.PASS_TO_PASS:
         path = test.split("::", 1)[0]
         if "::" in test and path.endswith(".py"):
             files.append(path)
-    hooks = [*PYTEST_CONFIGS, "conftest.py"]
-    for f in list(files):
-        d = posixpath.dirname(f)
-        while d:
-            hooks.append(f"{d}/conftest.py")
-            d = posixpath.dirname(d)
-    return list(dict.fromkeys(files + hooks))
+    return list(dict.fromkeys(files))
+
+
+def scope_script() -> str:
+    """Lists the pristine tree and the paths the model patch touches, as `git apply` reads it."""
+    return (f"cd /testbed && git ls-files -z && echo && echo '{_SPLIT}' && "
+            f"git apply --numstat -z {GRADE_DIR}/model.patch 2>&1")
+
+
+def out_of_scope(task: TaskInstance, patch: str, output: str) -> list[str] | None:
+    """Reasons the patch is outside the graded source (empty: inside); None when the listing
+    did not come back (git could not read the patch: the apply step then says why)."""
+    listing, split, numstat = output.partition(f"\n{_SPLIT}\n")
+    if not split:
+        return None
+    touched = parse_numstat_z(numstat)
+    if not touched:
+        return None
+    tracked = [p for p in listing.split("\0") if p]
+    return scope_violations(patch, touched, tracked, set(task_test_files(task)))
 
 
 def grading_script(task: TaskInstance, has_patch: bool, test_timeout_s: float) -> str:
     """Shell run in the fresh sandbox. It prints its stage markers, then the test log: what the
     tests print (an agent's code can print anything) comes after every marker, so it cannot
     fake a stage (SWE-bench's start/end markers are only read in recorded SWE-bench logs).
-    `git apply` is plain, with no fuzzy fallback: a diff taken from our own sandbox always
-    applies, so a failure means something is wrong upstream."""
-    files = " ".join(shlex.quote(f) for f in protected_files(task))
+    `git apply --binary` is plain, with no fuzzy fallback: a diff taken from our own sandbox
+    always applies, so a failure means something is wrong upstream. The model patch was
+    checked against the source rule first (`out_of_scope`), so it cannot touch the test files,
+    which are reset and then patched from the record."""
+    files = " ".join(shlex.quote(f) for f in task_test_files(task))
     apply_model = (
-        f"git apply -v {GRADE_DIR}/model.patch > {GRADE_DIR}/apply.log 2>&1 "
+        f"git apply --binary -v {GRADE_DIR}/model.patch > {GRADE_DIR}/apply.log 2>&1 "
         f"|| {{ echo '{APPLY_FAILED}'; cat {GRADE_DIR}/apply.log; exit 0; }}"
         if has_patch else ":"
     )
     apply_tests = (
-        f"git apply -v {GRADE_DIR}/test.patch > {GRADE_DIR}/apply.log 2>&1 "
+        f"git apply --binary -v {GRADE_DIR}/test.patch > {GRADE_DIR}/apply.log 2>&1 "
         f"|| {{ echo '{TEST_APPLY_FAILED}'; cat {GRADE_DIR}/apply.log; exit 0; }}"
         if task.test_patch.strip() else ":"
     )
-    return "\n".join([
-        "cd /testbed",
-        f"mkdir -p {GRADE_DIR}",
-        apply_model,
+    restore = [
         # two git calls whatever the number of files: it runs on every verdict
         "declare -A base",
         f"while IFS= read -r -d '' p; do base[$p]=1; done < <(git ls-tree -r -z --name-only HEAD -- {files})",
         f'for f in {files}; do [ -n "${{base[$f]:-}}" ] || rm -rf -- "$f"; done',
         '[ ${#base[@]} -eq 0 ] || git checkout -q HEAD -- "${!base[@]}"',
+    ] if files else []
+    return "\n".join([
+        "cd /testbed",
+        f"mkdir -p {GRADE_DIR}",
+        apply_model,
+        *restore,
         apply_tests,
         f"{run_env_prefix()} timeout -k 5 {test_timeout_s:g}s bash -c {shlex.quote(task.test_cmd)} > {GRADE_DIR}/test.log 2>&1 < /dev/null",
         f'echo "{TEST_EXIT}$?"',
@@ -208,11 +227,14 @@ def grade(task: TaskInstance, patch: str | None, env_cfg: EnvironmentConfig,
     patch = patch or ""
     t0 = time.monotonic()
     try:
-        with open_sandbox(image, env_cfg) as sb:
+        with open_sandbox(image, env_cfg, snapshot_git=False) as sb:
             if patch.strip():
                 sb.write_file(f"{GRADE_DIR}/model.patch", patch if patch.endswith("\n") else patch + "\n")
             if task.test_patch.strip():
                 sb.write_file(f"{GRADE_DIR}/test.patch", task.test_patch)
+            problems = out_of_scope(task, patch, sb.run(scope_script()).output) if patch.strip() else None
+            if problems:
+                return _outside(task, problems, time.monotonic() - t0)
             res = sb.run(grading_script(task, bool(patch.strip()), env_cfg.test_timeout_s),
                          timeout=env_cfg.test_timeout_s + SETUP_TIMEOUT_S)
     except SandboxError as e:
@@ -226,6 +248,14 @@ def grade(task: TaskInstance, patch: str | None, env_cfg: EnvironmentConfig,
     if not patch.strip():
         result.patch_applied = False  # nothing to apply; the verdict itself stands
     return result
+
+
+def _outside(task: TaskInstance, problems: list[str], duration_s: float) -> GradeResult:
+    """A patch outside the graded source: unresolved, no tests run, the reasons in the grade."""
+    reason = f"{OUT_OF_SCOPE}: " + "; ".join(problems[:20]) + (f"; and {len(problems) - 20} more"
+                                                               if len(problems) > 20 else "")
+    return GradeResult(task.instance_id, "unresolved", False, False, error_reason=reason,
+                       log=f">>>>> swerl: {reason}", duration_s=duration_s)
 
 
 def grade_prediction(task: TaskInstance, patch: str | None, env_cfg: EnvironmentConfig,
@@ -245,18 +275,6 @@ def grade_prediction(task: TaskInstance, patch: str | None, env_cfg: Environment
 # ---------------------------------------------------------------- many predictions
 
 
-def load_predictions(source: str | Path | Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """SWE-bench predictions (`instance_id`, `model_name_or_path`, `model_patch`) from a
-    .jsonl / .json file or an iterable of dicts."""
-    if isinstance(source, (str, Path)):
-        text = Path(source).read_text()
-        if str(source).endswith(".json"):
-            data = json.loads(text)
-            return list(data.values()) if isinstance(data, dict) else list(data)
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    return list(source)
-
-
 def grade_many(
     tasks_by_id: dict[str, TaskInstance],
     predictions: str | Path | Iterable[dict[str, Any]],
@@ -265,11 +283,13 @@ def grade_many(
     images: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Grade SWE-bench-format predictions; returns a report in SWE-bench's run-report shape
-    plus `instances` (each prediction's GradeResult without its log).
+    plus `instances` (each prediction's GradeResult without its log) and `invalid_predictions`
+    (one "line N: reason" per entry that is not a prediction; the others are graded).
 
     `images` maps instance_id -> image when tasks do not carry `image` themselves.
     """
-    preds = load_predictions(predictions)
+    read = read_predictions(predictions)
+    preds = read.predictions
     known = [p for p in preds if p["instance_id"] in tasks_by_id]
     unknown = [p["instance_id"] for p in preds if p["instance_id"] not in tasks_by_id]
 
@@ -286,7 +306,7 @@ def grade_many(
         results = list(pool.map(one, known))
     for iid in unknown:
         results.append(GradeResult(iid, "error", False, False, error_reason="unknown instance_id"))
-    return run_report(tasks_by_id, preds, results)
+    return run_report(tasks_by_id, preds, results) | {"invalid_predictions": read.errors}
 
 
 def run_report(tasks_by_id: dict[str, TaskInstance], preds: list[dict[str, Any]],

@@ -18,7 +18,7 @@ from environments.actions import ActionFormat, FormatError, parse_action
 from environments.hints import quoted_line
 from environments.prompts import PromptStyle, instance_prompt
 from environments.records import GradeResult, TaskInstance
-from environments.sandbox import DiffTooLarge, Sandbox, SandboxDead, SandboxError, open_sandbox
+from environments.sandbox import DiffFailed, DiffTooLarge, Sandbox, SandboxDead, SandboxError, open_sandbox
 from environments.source_view import enclosing, function_view, named_function
 from environments.tools import Workspace, run_tool
 from environments.verdicts import cached_grade
@@ -67,6 +67,7 @@ class SWEEnv:
         self.sandbox: Sandbox | None = None
         self.ws: Workspace | None = None
         self.patch: str | None = None  # set by submit
+        self.diff_problem = ""  # why diff() gave the empty patch for a tree it could not diff
         self.done = False
 
     # --- episode -------------------------------------------------------------------------------
@@ -107,6 +108,10 @@ class SWEEnv:
                 note = (f"Not submitted: {e}. Remove or revert the large changes (git status shows them), "
                         "then submit again.")
                 return StepResult(self._observe(note), False, False, action.text)
+            except DiffFailed as e:  # also the agent's doing: a full disk, files it made unreadable
+                note = (f"Not submitted: {e}. Undo what broke the work tree (free space, fix permissions), "
+                        "then submit again.")
+                return StepResult(self._observe(note), False, False, action.text)
             self.done = True
             changed = sum(1 for ln in self.patch.splitlines() if ln.startswith("diff --git"))
             return StepResult(f"Submitted: {changed} file(s) changed.", True, False, action.text, "submitted")
@@ -114,10 +119,17 @@ class SWEEnv:
         return StepResult(self._observe(body), False, False, action.text)
 
     def diff(self) -> str:
-        """The work tree's changes now (the patch so far; `patch` holds the submitted one)."""
+        """The work tree's changes now (the patch so far; `patch` holds the submitted one).
+
+        A tree the agent left undiffable (too large, unreadable, a full disk) is its answer
+        lost by its own doing: the empty patch, graded unresolved (`diff_problem` says why)."""
         if self.sandbox is None:
             raise RuntimeError("no sandbox: reset() first")
-        return self.sandbox.diff()
+        try:
+            return self.sandbox.diff()
+        except (DiffTooLarge, DiffFailed) as e:
+            self.diff_problem = str(e)
+            return ""
 
     def grade(self, patch: str | None = None) -> GradeResult:
         """Grade `patch` (default: the submitted one, else the current diff) in a fresh container;

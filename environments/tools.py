@@ -21,7 +21,7 @@ from typing import Callable
 
 from environments.actions import Action
 from environments.rewrite import MergeError, defined_names, merge_code, parse_python
-from environments.sandbox import Sandbox
+from environments.sandbox import FileRefused, Sandbox
 
 MAX_SEARCH_HITS = 50
 EDIT_CONTEXT = 3  # lines shown around an edited region
@@ -82,6 +82,8 @@ def read_text(ws: Workspace, path: str) -> Text:
         raise ToolError(f"Permission denied: {path}.") from None
     except UnicodeDecodeError:
         raise ToolError(f"{path} is not a text file.") from None
+    except FileRefused as e:
+        raise ToolError(f"{e}.") from None
 
 
 def write(ws: Workspace, path: str, text: str) -> None:
@@ -89,6 +91,8 @@ def write(ws: Workspace, path: str, text: str) -> None:
         ws.sandbox.write_file(path, text)
     except PermissionError:
         raise ToolError(f"Permission denied: cannot write {path}.") from None
+    except FileRefused as e:
+        raise ToolError(f"Nothing was written: {e}.") from None
 
 
 def exists(ws: Workspace, path: str) -> bool:

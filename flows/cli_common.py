@@ -4,6 +4,7 @@ than one command group uses."""
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -65,3 +66,33 @@ def tasks_with_images(path: str) -> list:
             t.meta[IMAGE_ERROR] = got.errors[t.instance_id]
             print(f"swerl: {t.instance_id}: {got.errors[t.instance_id]}", file=sys.stderr)
     return report.tasks
+
+
+def expected_errors() -> tuple[type[BaseException], ...]:
+    """What bad input or an unavailable machine raises: a message for the user, not a bug."""
+    from environments.base_image import ImageBuildError
+    from environments.sandbox import SandboxError
+    from swerl.store import StoreUnavailable
+
+    return (OSError, ValueError, ImageBuildError, SandboxError, StoreUnavailable)
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line: its first non-empty line of text, or its type."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
+def one_line_errors(handler: Handler) -> Handler:
+    """Run a command so that an expected error prints `swerl: <one line>` and exits 2, with no
+    traceback (ConfigError is a ValueError: the same)."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except expected_errors() as e:
+            print(f"swerl: {one_line(e)}", file=sys.stderr)
+            return 2
+
+    return run

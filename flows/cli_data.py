@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from flows.cli_common import SubParsers, add_config_args, add_run_args, flow_kwargs, load_cli_config, tasks_with_images
+from flows.cli_common import (
+    SubParsers, add_config_args, add_run_args, flow_kwargs, load_cli_config, one_line_errors, tasks_with_images,
+)
 from swerl.config import ConfigError, SwerlConfig
 
 
@@ -30,17 +32,24 @@ def _local_file(cfg: SwerlConfig, location: str, tmp: str) -> str:
     return str(store.get_file(key, Path(tmp) / key.replace("/", "_")))
 
 
+@one_line_errors
 def cmd_grade(args: argparse.Namespace) -> int:
+    """Exit 0 when at least one prediction got a verdict; bad prediction lines are listed."""
     import json
     import tempfile
     from pathlib import Path
 
     from environments.grading import grade_many
+    from environments.predictions import read_predictions
 
     cfg = load_cli_config(args)
     with tempfile.TemporaryDirectory(prefix="swerl-grade-") as tmp:
+        read = read_predictions(_local_file(cfg, args.predictions, tmp))
+        for err in read.errors:
+            print(f"swerl: skipping bad prediction at {err}", file=sys.stderr)
         tasks = {t.instance_id: t for t in tasks_with_images(_local_file(cfg, args.tasks, tmp))}
-        report = grade_many(tasks, _local_file(cfg, args.predictions, tmp), cfg.environment, workers=args.workers)
+        report = grade_many(tasks, read.predictions, cfg.environment, workers=args.workers)
+    report["invalid_predictions"] = read.errors
     Path(args.report).write_text(json.dumps(report, indent=2))
     print(f"resolved {report['resolved_instances']} / unresolved {report['unresolved_instances']} / "
           f"error {report['error_instances']}  (of {report['submitted_instances']} predictions, "
@@ -48,8 +57,16 @@ def cmd_grade(args: argparse.Namespace) -> int:
     for status in ("resolved", "unresolved"):
         if report[f"{status}_ids"]:
             print(f"  {status}: {' '.join(report[f'{status}_ids'])}")
+    for iid in report["unresolved_ids"]:  # a patch outside the graded source says why
+        if report["instances"].get(iid, {}).get("error_reason"):
+            print(f"  unresolved {iid}: {report['instances'][iid]['error_reason'][:300]}")
     for iid in report["error_ids"]:
         print(f"  error {iid}: {report['instances'].get(iid, {}).get('error_reason', '')}")
+    if read.errors:
+        print(f"  {len(read.errors)} bad prediction line(s) skipped (listed above and in the report)")
+    if not report["completed_instances"]:
+        print("swerl: nothing was graded", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -105,6 +122,7 @@ def cmd_curate_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+@one_line_errors
 def cmd_curate_import(args: argparse.Namespace) -> int:
     """Import upstream rows, run the paper's filters on them (real containers), save what passes."""
     import json

@@ -164,6 +164,9 @@ def curate_synth(cfg: SwerlConfig, store: Store, progress: Progress = print, wor
     splits = make_splits(gather(train_projects), gather(eval_projects))
     train, train_val = validated(splits.train, validate, cfg, store, dataset_hash(splits.train), workers, progress)
     eval_, eval_val = validated(splits.eval, validate, cfg, store, dataset_hash(splits.eval), workers, progress)
+    for split, kept, assigned in (("train", train, train_projects), ("eval", eval_, eval_projects)):
+        if assigned and not kept:
+            raise CurationError(empty_split(split, assigned, results, errors))
     config = {"data": cfg.data.model_dump(mode="json"), "synth": opts.to_dict(),
               "projects": {"train": [p.key for p in train_projects], "eval": [p.key for p in eval_projects]},
               "validation": validate}
@@ -183,6 +186,19 @@ def curate_synth(cfg: SwerlConfig, store: Store, progress: Progress = print, wor
     progress(f"curation: {len(train)} train tasks ({train_ref.hash}), {len(eval_)} eval tasks "
              f"({eval_ref.hash}) in {stats['seconds']} s")
     return train_ref, eval_ref, stats
+
+
+def empty_split(split: str, projects: list[Project], results: dict[str, ProjectResult],
+                errors: dict[str, str]) -> str:
+    """Why a split that has projects kept no task, project by project."""
+    why = []
+    for p in projects:
+        if p.key in errors:
+            why.append(f"{p.key}: {errors[p.key][:600]}")
+        else:
+            reasons = results[p.key].stats.get("reasons", {}) if p.key in results else {}
+            why.append(f"{p.key}: 0 tasks kept (candidates by outcome: {reasons or 'none'})")
+    return f"the {split} split is empty, nothing was saved: " + "; ".join(why)
 
 
 def _synthesise_all(projects: list[Project], opts: SynthOptions, cfg: SwerlConfig, store: Store,

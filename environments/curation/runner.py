@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from environments.images import CLEAN_BYTECODE, GIT_DATE
-from environments.log_parsers import parse_pytest
+from environments.log_parsers import parse_pytest, strip_ansi
 from environments.sandbox import TEST_ENV, Sandbox, SandboxError
 
 PLUGIN_DIR = "/tmp/swerl-plugin"
@@ -248,6 +248,7 @@ class Baseline:
     failing: list[str]  # never passed (network, environment, already broken)
     durations: list[float] = field(default_factory=list)
     timing: list[str] = field(default_factory=list)  # passed every run, but depend on the scheduler
+    cause: str = ""  # when nothing passes: the collection error or the first failure, from the log
 
     @property
     def duration_s(self) -> float:
@@ -259,7 +260,7 @@ class Baseline:
         and a task may only name tests whose verdict is the code's, not the scheduler's."""
         timing = {t for t in self.tests if trace.timing.get(t)}
         return Baseline([t for t in self.tests if t not in timing], self.flaky, self.failing,
-                        self.durations, sorted(timing))
+                        self.durations, sorted(timing), self.cause)
 
 
 def is_test_file(path: str) -> bool:
@@ -286,4 +287,18 @@ def baseline(runner: ProjectRunner, runs: int, timeout: float) -> Baseline:
     ok = sorted(t for t in every if "::" in t and is_test_file(t.split("::", 1)[0])
                 and all(s[t] == "PASSED" for s in seen))
     some = {t for s in seen for t, v in s.items() if v == "PASSED"}
-    return Baseline(ok, sorted(some - set(ok)), sorted(set().union(*seen) - some), durations)
+    return Baseline(ok, sorted(some - set(ok)), sorted(set().union(*seen) - some), durations,
+                    cause="" if ok else first_failure(run))
+
+
+def first_failure(run: SuiteRun) -> str:
+    """Why a run passed nothing, for the user: its first collection error or failing test, as
+    pytest's short summary states it (`ERROR tests/x.py - ImportError: ...`), else the log's end."""
+    errors = run.collection_errors
+    summary = [ln.strip() for ln in strip_ansi(run.log).splitlines() if ln.startswith(("ERROR ", "FAILED "))]
+    for group in (errors, [t for t, v in run.status.items() if v in ("FAILED", "ERROR")]):
+        if group:
+            line = next((ln for ln in summary if ln.split(" ", 2)[1:2] == [group[0]]), None)
+            return line[:500] if line else f"{run.status[group[0]]} {group[0]}"
+    tail = strip_ansi(run.log).strip().splitlines()[-3:]
+    return " | ".join(tail)[-500:] or f"exit code {run.exit_code}, empty log"

@@ -299,7 +299,7 @@ class ProjectSynth:
         t0 = time.monotonic()
         base = baseline(self.runner, self.opts.determinism_runs, suite_timeout)
         if not base.tests:
-            raise RunnerError(f"{self.project.key}: no test passes deterministically")
+            raise RunnerError(f"{self.project.key}: no test passes deterministically; {base.cause}")
         self.trace = self.runner.trace(None, max(suite_timeout, 10 * base.duration_s + 30))
         self.base = base.without_timing(self.trace)
         self.progress(f"[{self.project.key}] baseline: {len(self.base.tests)} deterministic passes, "

@@ -12,7 +12,9 @@ from environments.sandbox.factory import cleanup_leaked, open_sandbox
 from environments.sandbox.interface import (
     TEST_ENV,
     WORKDIR,
+    DiffFailed,
     DiffTooLarge,
+    FileRefused,
     Sandbox,
     SandboxDead,
     SandboxError,
@@ -21,6 +23,6 @@ from environments.sandbox.interface import (
 from environments.sandbox.lifecycle import install_exit_handlers, owner_label, session_id
 
 __all__ = [
-    "TEST_ENV", "WORKDIR", "DiffTooLarge", "Sandbox", "SandboxDead", "SandboxError", "cleanup_leaked",
-    "install_exit_handlers", "open_sandbox", "owner_label", "run_env_prefix", "session_id",
+    "TEST_ENV", "WORKDIR", "DiffFailed", "DiffTooLarge", "FileRefused", "Sandbox", "SandboxDead", "SandboxError",
+    "cleanup_leaked", "install_exit_handlers", "open_sandbox", "owner_label", "run_env_prefix", "session_id",
 ]

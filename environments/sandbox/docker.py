@@ -4,8 +4,9 @@ The container's main process (`sleep infinity` under Docker's init, which reaps 
 `nobody`, while every command runs as the image's non-root user `swerl`: the agent can signal
 its own processes, so `kill -9 -1` only ends its shell (which is restarted), never the container.
 Limits: no network, all capabilities dropped, no-new-privileges, CPU / memory (no swap) / pids
-from the config, a size-limited tmpfs at /tmp and a per-file size limit (`ulimit -f`) covering
-/testbed, since overlay2 here cannot cap a container's disk use.
+from the config, a per-file size limit (`ulimit -f`) and a total disk quota: every directory the
+sandbox user can write (the work tree, /tmp, HOME, ...) is a size-limited tmpfs, since overlay2
+on ext4 cannot cap a container's writable layer (see WORKTREE_QUOTA).
 
 The Docker SDK is used over the daemon's socket instead of the CLI: one hijacked exec socket per
 sandbox costs no client process, and the persistent shell speaks Docker's multiplexed stream.
@@ -13,9 +14,13 @@ sandbox costs no client process, and the persistent shell speaks Docker's multip
 
 from __future__ import annotations
 
+import logging
 import os
+import posixpath
 import select
 import socket
+import tarfile
+import tempfile
 import threading
 import time
 from typing import Any
@@ -25,7 +30,7 @@ import docker.errors
 from docker.types import Ulimit
 
 import environments.sandbox.lifecycle as lifecycle
-from environments.sandbox.interface import WORKDIR, SandboxError
+from environments.sandbox.interface import WORKDIR, SandboxError, parse_size
 from environments.sandbox.lifecycle import owner_gone, owner_label, process_started_at
 from environments.sandbox.shell_session import (
     READ_CHUNK,
@@ -39,11 +44,24 @@ from environments.sandbox.shell_session import (
 )
 from swerl.config import EnvironmentConfig
 
+log = logging.getLogger(__name__)
+
 LABEL = "swerl"
 KEEPER_USER = "65534:65534"  # nobody: a different uid, so the agent cannot kill the keeper
 TMP_SIZE = "256m"
-MAX_FILE_BYTES = 2 << 30  # `ulimit -f` inside: no single file above this (/testbed is on disk)
+MAX_FILE_BYTES = 2 << 30  # `ulimit -f` inside: no single file above this
+# Disk quota: every place the sandbox user can write is a size-limited tmpfs (overlay2 on ext4
+# cannot cap a container's writable layer): the work tree (its files copied in at start), /tmp,
+# HOME, /var/tmp, /run/lock and /dev/shm. tmpfs pages count as the container's memory, so the
+# memory limit is the config's plus the sum of these: files cannot starve the processes.
+WORKTREE_QUOTA = "512m"  # what the agent may add to the work tree, beyond the repo's own size
+SMALL_TMPFS = {"/var/tmp": "64m", "/run/lock": "1m"}
+HOME_DIR, HOME_SIZE = "/home/swerl", "64m"
+SHM_SIZE = "64m"
+SANDBOX_UID = 1000  # the images' `swerl` user (environments/base_image.py), owner of work tree and HOME
+COPY_IN_TIMEOUT_S = 300.0
 HOST_GRACE_S = 15.0  # run(): how long after `timeout` fires the host still waits for the end
+PRISTINE_GIT = "/.swerl-git"  # root-owned copy of the work tree's .git: diff() reads it, the agent cannot write it
 
 # Kill every process whose session is $1 (the shell's own session), except $1 unless $2 = all.
 # Runs as a separate exec, as the same user as the shell; loops because killed parents' children
@@ -172,17 +190,81 @@ class DockerStreamTransport:
 # ----------------------------------------------------------------------------- containers
 
 
-def _host_config(cfg: EnvironmentConfig, tmp_size: str, max_file_bytes: int) -> dict[str, Any]:
+def quota_bytes(tmp_size: str, worktree_quota: str | None, tree_bytes: int = 0) -> int:
+    """The most the sandbox can write in total: the sum of its tmpfs mounts (the work tree's
+    holds the repo's `tree_bytes` plus `worktree_quota`)."""
+    sizes = [tmp_size, SHM_SIZE, *SMALL_TMPFS.values()]
+    if worktree_quota:
+        sizes += [worktree_quota, HOME_SIZE]
+    return sum(parse_size(x) for x in sizes) + (tree_bytes if worktree_quota else 0)
+
+
+_TREE_BYTES: dict[tuple[str, str], int] = {}
+_TREE_LOCK = threading.Lock()
+
+
+def tree_bytes(image: str, path: str) -> int:
+    """What the image's files under `path` take on a tmpfs (pages, a page per entry), measured
+    once per image and path in this process from a container that is never started."""
+    with _TREE_LOCK:
+        if (image, path) in _TREE_BYTES:
+            return _TREE_BYTES[(image, path)]
+    page = 4096
+    cid = api().create_container(image, command=["true"], labels={LABEL: "1", "swerl.owner": owner_label()})["Id"]
+    try:
+        stream, _ = api().get_archive(cid, path)
+        with tarfile.open(fileobj=_ChunkReader(stream), mode="r|") as tar:
+            total = sum(page + -(-m.size // page) * page for m in tar)
+    except docker.errors.NotFound:
+        total = 0
+    finally:
+        api().remove_container(cid, force=True)
+    with _TREE_LOCK:
+        _TREE_BYTES[(image, path)] = total
+    return total
+
+
+class _ChunkReader:
+    """A file-like `read(n)` over an iterator of byte chunks (a streamed archive)."""
+
+    def __init__(self, chunks: Any) -> None:
+        self.chunks, self.buf = iter(chunks), b""
+
+    def read(self, n: int = -1) -> bytes:
+        while n < 0 or len(self.buf) < n:
+            chunk = next(self.chunks, b"")
+            if not chunk:
+                break
+            self.buf += chunk
+        out, self.buf = (self.buf, b"") if n < 0 else (self.buf[:n], self.buf[n:])
+        return out
+
+
+def _tmpfs(workdir: str, tmp_size: str, worktree_quota: str | None, tree: int) -> dict[str, str]:
+    opts = "rw,nosuid,nodev"
+    mounts = {"/tmp": f"{opts},size={tmp_size},mode=1777"}
+    if worktree_quota:
+        owned = f"uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0755"
+        work = parse_size(worktree_quota) + tree
+        mounts |= {workdir: f"{opts},size={work},{owned}", HOME_DIR: f"{opts},size={HOME_SIZE},{owned}"}
+        mounts |= {path: f"{opts},size={size},mode=1777" for path, size in SMALL_TMPFS.items()}
+    return mounts
+
+
+def _host_config(cfg: EnvironmentConfig, workdir: str, tmp_size: str, max_file_bytes: int,
+                 worktree_quota: str | None, tree: int) -> dict[str, Any]:
+    memory = parse_size(cfg.memory) + quota_bytes(tmp_size, worktree_quota, tree)
     return api().create_host_config(
         network_mode="none",
         init=True,
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
         nano_cpus=int(cfg.cpus * 1e9),
-        mem_limit=cfg.memory,
-        memswap_limit=cfg.memory,  # no swap: a memory bomb meets the OOM killer, not the disk
+        mem_limit=memory,
+        memswap_limit=memory,  # no swap: a memory bomb meets the OOM killer, not the disk
         pids_limit=cfg.pids_limit,
-        tmpfs={"/tmp": f"rw,nosuid,nodev,size={tmp_size},mode=1777"},
+        shm_size=SHM_SIZE,
+        tmpfs=_tmpfs(workdir, tmp_size, worktree_quota, tree),
         ulimits=[Ulimit(name="fsize", soft=max_file_bytes, hard=max_file_bytes)],
     )
 
@@ -196,10 +278,14 @@ class DockerSandbox(ShellSandbox):
 
     def __init__(self, image: str, cfg: EnvironmentConfig, *, user: str = "swerl",
                  workdir: str = WORKDIR, session: str | None = None, tmp_size: str = TMP_SIZE,
-                 max_file_bytes: int = MAX_FILE_BYTES) -> None:
+                 max_file_bytes: int = MAX_FILE_BYTES, snapshot_git: bool = True,
+                 worktree_quota: str | None = WORKTREE_QUOTA) -> None:
+        """`snapshot_git=False` skips the pristine .git copy: for sandboxes nobody diffs (grading).
+        `worktree_quota=None` leaves the work tree and HOME on the image's layer (no disk quota)."""
         self.image, self.user, self.workdir = image, user, workdir
         self.command_timeout_s = cfg.command_timeout_s
         self.test_timeout_s = cfg.test_timeout_s
+        self.pids_limit, self.worktree_quota = cfg.pids_limit, worktree_quota
         self.output_cap_bytes = cfg.output_cap_bytes
         super().__init__()
         self.session_label = session or lifecycle.session_id()
@@ -208,12 +294,19 @@ class DockerSandbox(ShellSandbox):
         lifecycle.track(self)  # before create: an interrupt in between still removes it by name
         lifecycle.on_exit(_sweep_own_session)
         try:
+            tree = tree_bytes(image, workdir) if worktree_quota else 0
             self.cid = api().create_container(
                 image, command=["sleep", "infinity"], name=self.name, user=KEEPER_USER,
-                working_dir=workdir, host_config=_host_config(cfg, tmp_size, max_file_bytes),
+                working_dir=workdir,
+                host_config=_host_config(cfg, workdir, tmp_size, max_file_bytes, worktree_quota, tree),
                 labels={LABEL: "1", "swerl.session": self.session_label, "swerl.owner": owner_label()},
             )["Id"]
             api().start(self.cid)
+            if worktree_quota:
+                for path in (workdir, HOME_DIR):
+                    self._copy_in(path)
+            if snapshot_git:
+                self._snapshot_git()
             self._start_session()
         except BaseException as e:
             self.close()
@@ -221,11 +314,52 @@ class DockerSandbox(ShellSandbox):
                 raise _docker_error(f"cannot start a sandbox of {image}", e) from e
             raise
 
+    def _copy_in(self, path: str) -> None:
+        """Fill the tmpfs mounted at `path` with the image's files there (the archive API reads
+        the image's layer beneath the mount), unpacked by the sandbox user."""
+        # spooled to the host first: the daemon holds the container's lock until the archive
+        # is read to its end, and the exec that unpacks it needs that lock
+        with tempfile.SpooledTemporaryFile(max_size=64 << 20) as spool:
+            try:
+                stream, _ = api().get_archive(self.cid, path)
+                for chunk in stream:
+                    spool.write(chunk)
+            except docker.errors.NotFound:
+                return  # nothing in the image there: the mount starts empty
+            except docker.errors.DockerException as e:
+                raise _docker_error(f"cannot read {path} of {self.image}", e) from e
+            spool.seek(0)
+            exec_id, transport = self._exec_socket(["tar", "-x", "-C", posixpath.dirname(path)], stdin=True)
+            cap = OutputCap(4096)
+            deadline = time.monotonic() + COPY_IN_TIMEOUT_S
+            try:
+                while chunk := spool.read(READ_CHUNK):
+                    transport.send(chunk, deadline)
+                transport.sock.shutdown(socket.SHUT_WR)  # end of stdin: tar finishes
+                read_to_eof(transport, cap, deadline)
+            finally:
+                transport.close()
+        if self._exit_code(exec_id) != 0:
+            raise SandboxError(f"cannot copy {path} into its tmpfs: {cap.value()[-500:].decode(errors='replace')}")
+
+    def _snapshot_git(self) -> None:
+        """Copy the work tree's .git, as root, before the agent's first command (see diff())."""
+        src = f"{self.workdir}/.git"
+        exec_id, transport = self._exec_socket(
+            ["sh", "-c", f'[ ! -d "$1" ] || cp -r -- "$1" {PRISTINE_GIT}', "snapshot", src], stdin=False, user="0")
+        try:
+            read_to_eof(transport, OutputCap(4096), time.monotonic() + 120)
+        finally:
+            transport.close()
+        if self._exit_code(exec_id) != 0:
+            raise SandboxError(f"cannot copy {src} in {self.name}")
+        self.pristine_git = PRISTINE_GIT
+
     # ---------------------------------------------------------------------------- hooks
-    def _exec_socket(self, cmd: list[str], stdin: bool) -> tuple[str, DockerStreamTransport]:
+    def _exec_socket(self, cmd: list[str], stdin: bool, user: str | None = None) -> tuple[str, DockerStreamTransport]:
         try:
             exec_id = api().exec_create(self.cid, cmd, stdin=stdin, stdout=True, stderr=True,
-                                        tty=False, user=self.user, workdir=self.workdir)["Id"]
+                                        tty=False, user=user or self.user, workdir=self.workdir)["Id"]
             return exec_id, DockerStreamTransport(api().exec_start(exec_id, socket=True))
         except docker.errors.DockerException as e:
             raise _docker_error(f"exec in {self.name} failed", e) from e
@@ -255,11 +389,35 @@ class DockerSandbox(ShellSandbox):
         if session.pid > 0:
             self._interrupt(session.pid, everything=True)
 
-    def _reset(self) -> None:
+    def _reset(self) -> str | None:
+        """Kill every process of the sandbox user, with room to start the killer (a fork bomb
+        may hold every pid); when even that fails, restart the container, which empties its
+        tmpfs mounts: the work tree is then copied in afresh, and the caller says so."""
+        try:
+            self._set_pids_limit(self.pids_limit + 64)
+            try:
+                self._exec_wait(["bash", "-c", "for _ in 1 2 3 4 5; do kill -9 -1 2>/dev/null; done"], timeout=10)
+            finally:
+                self._set_pids_limit(self.pids_limit)
+            return None
+        except (SandboxError, docker.errors.DockerException) as e:
+            log.warning("%s: could not kill its processes (%s); restarting it", self.name, e)
         try:
             api().restart(self.cid, timeout=0)
         except docker.errors.DockerException as e:
             raise _docker_error(f"restart of {self.name} failed", e) from e
+        if not self.worktree_quota:
+            return f"files in {self.workdir} were kept, /tmp was cleared"
+        for path in (self.workdir, HOME_DIR):
+            self._copy_in(path)
+        return f"the container was restarted: {self.workdir} is back to the task's original files, /tmp was cleared"
+
+    def _set_pids_limit(self, limit: int) -> None:
+        """`docker update --pids-limit` (docker-py's update_container lacks the field)."""
+        if limit > 0:
+            client = api()
+            res = client._post_json(client._url("/containers/{0}/update", self.cid), data={"PidsLimit": limit})
+            client._raise_for_status(res)
 
     def _run(self, cmd: str, timeout: float, cap_bytes: int) -> Outcome:
         t0 = time.monotonic()

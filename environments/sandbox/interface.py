@@ -7,6 +7,7 @@ agent's doing. Nothing here imports the backends: they build on this module.
 
 from __future__ import annotations
 
+import re
 from typing import Protocol, runtime_checkable
 
 from environments.records import ExecResult
@@ -15,7 +16,19 @@ WORKDIR = "/testbed"
 # Every test run (synthesis, validation, grading) hashes strings the same way: pytest names a
 # parameter it cannot print by its position, and a parametrize list built from a set is ordered
 # by string hash, so under a random seed the same case gets another id in every run.
-TEST_ENV = {"PYTHONHASHSEED": "0"}
+# Nor do they read a user site-packages or write bytecode the next run would load.
+TEST_ENV = {"PYTHONHASHSEED": "0", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """Docker-style sizes: "512m", "1g", "1.5GB", "1024"."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmg]?)b?", text.strip().lower())
+    if not m:
+        raise ValueError(f"bad size {text!r}")
+    return int(float(m[1]) * _UNITS[m[2]])
 
 
 def run_env_prefix() -> str:
@@ -33,6 +46,27 @@ class SandboxDead(SandboxError):
 
 class DiffTooLarge(ValueError):
     """The agent's changes produce a patch too large to keep: the agent's doing, not infra."""
+
+
+class DiffFailed(ValueError):
+    """The agent's work tree cannot be diffed (a full disk, unreadable files...): its doing."""
+
+
+class FileRefused(OSError):
+    """read_file / write_file failed in a live sandbox because of what the agent did there:
+    a tool error shown to the agent, never an infrastructure error."""
+
+
+class NotRegularFile(FileRefused):
+    """A FIFO, device or socket: refused before it is opened (it could block or never end)."""
+
+
+class UnreadableFile(FileRefused):
+    """A regular file that cannot be read (e.g. /proc/self/mem) or is too large."""
+
+
+class UnwritableFile(FileRefused):
+    """A write that failed (a full disk, a broken tree)."""
 
 
 @runtime_checkable

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -27,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import environments.sandbox.lifecycle as lifecycle
-from environments.sandbox.interface import SandboxError
+from environments.sandbox.interface import SandboxError, parse_size
 from environments.sandbox.lifecycle import owner_gone
 from environments.sandbox.shell_session import (
     Outcome,
@@ -43,17 +42,6 @@ from swerl.config import EnvironmentConfig
 SCRATCH_PREFIX = "swerl-local-"
 MAX_FILE_BYTES = 2 << 30
 HOST_GRACE_S = 15.0
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """Docker-style sizes: "512m", "1g", "1.5GB", "1024"."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmg]?)b?", text.strip().lower())
-    if not m:
-        raise ValueError(f"bad size {text!r}")
-    return int(float(m[1]) * _UNITS[m[2]])
-
-
 @lru_cache(maxsize=1)
 def bwrap_works() -> bool:
     """bwrap exists and may create namespaces here (it cannot inside many containers)."""
@@ -92,7 +80,8 @@ def kill_ns_session(pidns: str, sid: int, *, leader: bool) -> None:
 class LocalSandbox(ShellSandbox):
     """A scratch copy of directory `image` with a persistent shell (see the module docstring)."""
 
-    def __init__(self, image: str, cfg: EnvironmentConfig, *, isolate: bool | None = None) -> None:
+    def __init__(self, image: str, cfg: EnvironmentConfig, *, isolate: bool | None = None,
+                 snapshot_git: bool = True) -> None:
         source = Path(image)
         if not source.is_dir():
             raise SandboxError(f"local sandbox: {image} is not a directory")
@@ -113,6 +102,9 @@ class LocalSandbox(ShellSandbox):
         lifecycle.track(self)
         try:
             shutil.copytree(source, self.workdir, symlinks=True)
+            if snapshot_git and (source / ".git").is_dir():  # diff() reads it; bwrap mounts it read-only
+                shutil.copytree(source / ".git", self.scratch / "git", symlinks=True)
+                self.pristine_git = str(self.scratch / "git")
             (self.scratch / "home").mkdir()
             self._start_session()
         except BaseException as e:
@@ -131,7 +123,8 @@ class LocalSandbox(ShellSandbox):
             return cmd
         s = str(self.scratch)
         argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-                "--bind", s, s, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+                "--bind", s, s, *(["--ro-bind", self.pristine_git, self.pristine_git] if self.pristine_git else []),
+                "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
                 "--cap-drop", "ALL", "--die-with-parent", "--chdir", self.workdir]
         if info_fd is not None:
             argv += ["--info-fd", str(info_fd)]
@@ -192,7 +185,7 @@ class LocalSandbox(ShellSandbox):
         self._kill_members(session, leader=True)
         _kill_group(session.handle[0])
 
-    def _reset(self) -> None:
+    def _reset(self) -> str | None:
         """Nothing outlives its session here: with bwrap the pid namespace dies with it."""
 
     def _run(self, cmd: str, timeout: float, cap_bytes: int) -> Outcome:

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from environments.records import ExecResult
-from environments.sandbox.interface import DiffTooLarge, SandboxDead, SandboxError
+from environments.sandbox.interface import (
+    DiffFailed, DiffTooLarge, NotRegularFile, SandboxDead, SandboxError, UnreadableFile, UnwritableFile,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,7 @@ SETTLE_CMD = r"""(for _ in {1..200}; do
   [ -z "$z" ] && break
 done)"""
 FILE_CAP_BYTES = 256 << 20  # read_file / diff refuse bigger results instead of truncating them
+NOT_REGULAR = 19  # read_bytes / write_file: the path is a FIFO, a device, a socket...
 GRADING_CAP_BYTES = 32 << 20  # run(): test logs must stay parseable, so a much larger cap
 
 
@@ -162,6 +165,31 @@ class PipeTransport:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def diff_script(workdir: str, pristine_git: str, base: str, binary: bool) -> str:
+    """`git diff --binary` of `workdir` against `base`, using a throwaway git dir whose objects
+    come from `pristine_git` (a copy of the repo's .git made before the agent's first command):
+    deleting or corrupting `.git` cannot change or break the diff. No user or system git config
+    (no external diff, textconv, excludes or fsmonitor the agent set up), no eol or filter
+    conversion (the bytes are the work tree's), the image's own excludes (build outputs such as
+    `*.egg-info/`); `binary` writes every file as a GIT binary patch
+    (for contents that are not UTF-8). Unreadable files the agent made are made readable first."""
+    g, w = bash_quote(pristine_git), bash_quote(workdir)
+    attributes = "* -text -ident -filter" + (" binary" if binary else "")
+    return (
+        "set -e; export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null; "
+        "t=$(mktemp -d); trap 'rm -rf \"$t\"' EXIT; "
+        "git init -q --bare --template= \"$t/g\"; mkdir -p \"$t/g/info\" \"$t/g/objects/info\"; "
+        f"printf '%s\\n' {g}/objects > \"$t/g/objects/info/alternates\"; "
+        f"printf '%s\\n' '{attributes}' > \"$t/g/info/attributes\"; "
+        f"cp {g}/info/exclude \"$t/g/info/exclude\" 2>/dev/null || true; "
+        f"export GIT_DIR=\"$t/g\" GIT_WORK_TREE={w} GIT_INDEX_FILE=\"$t/index\"; "
+        f"cp {g}/index \"$t/index\" 2>/dev/null || git read-tree {base}; "
+        f"chmod -R u+rX {w} 2>/dev/null || true; cd {w}; git add -A; "
+        f"exec git -c core.quotepath={'on' if binary else 'off'} diff --cached --binary --no-ext-diff "
+        f"--no-textconv --no-color {base}"
+    )
 
 
 def timeout_argv(cmd: str, timeout: float) -> list[str]:
@@ -353,7 +381,8 @@ class ShellSandbox:
     the session (bash reads its script a byte at a time, ~0.5 s per MB).
 
     A backend provides `_open_session(cwd)`, `_kill_session(session)` (the shell and its
-    children), `_reset()` (kill every process, keep the files), `_run(cmd, timeout, cap)`,
+    children), `_reset()` (kill every process; returns what happened to the files, None: kept),
+    `_run(cmd, timeout, cap)`,
     `alive` and `_destroy(session)`.
     """
 
@@ -369,6 +398,7 @@ class ShellSandbox:
         self._dead_reason = ""
         self._closed = False
         self.base_commit = ""
+        self.pristine_git = ""  # the backend's copy of the repo's .git, out of the agent's reach
 
     # hooks ---------------------------------------------------------------------------------
     def _open_session(self, cwd: str) -> ShellSession:
@@ -377,7 +407,7 @@ class ShellSandbox:
     def _kill_session(self, session: ShellSession) -> None:
         raise NotImplementedError
 
-    def _reset(self) -> None:
+    def _reset(self) -> str | None:
         raise NotImplementedError
 
     def _run(self, cmd: str, timeout: float, cap_bytes: int) -> Outcome:
@@ -439,10 +469,9 @@ class ShellSandbox:
                 raise self._mark_dead(f"the sandbox died (container or process is gone): {e}") from e
             log.warning("%s: a new shell session failed (%s); resetting the sandbox", self.workdir, e)
         try:
-            self._reset()
+            files = self._reset() or f"files in {self.workdir} were kept"
             self._session = self._open_session(cwd)
-            return (f"\n[swerl: the sandbox was restarted: every process was killed, files in "
-                    f"{self.workdir} were kept, /tmp was cleared; now in {cwd}]")
+            return f"\n[swerl: the sandbox was reset: every process was killed, {files}; now in {cwd}]"
         except (SandboxError, OSError) as e:
             raise self._mark_dead(f"the sandbox could not be recovered: {e}") from e
 
@@ -469,7 +498,11 @@ class ShellSandbox:
         return ExecResult(out.exit_code, text, out.timed_out, out.truncated_bytes, out.duration_s)
 
     def exec(self, cmd: str, timeout: float | None = None) -> ExecResult:
+        """Run `cmd` in the session. A NUL byte is refused (bash would cut the command there)."""
         timeout = timeout or self.command_timeout_s
+        if "\0" in cmd:
+            return ExecResult(2, f"swerl: the command was not run: it contains a NUL byte (\\x00) at "
+                              f"character {cmd.index(chr(0))}, which a shell cannot pass. Remove it.", False, 0, 0.0)
         return self._result(self._call(cmd, timeout, self.output_cap_bytes), timeout)
 
     def run(self, cmd: str, timeout: float | None = None, cap_bytes: int | None = None) -> ExecResult:
@@ -487,17 +520,21 @@ class ShellSandbox:
         """Read as the sandbox user, outside the session: a background job the agent started
         writes to the session's channel and would corrupt the content (one exec, ~60 ms)."""
         p = bash_quote(self._abspath(path))
-        cmd = (f"if [ ! -e {p} ]; then exit 2; elif [ -d {p} ]; then exit 21; "
-               f"elif [ ! -r {p} ]; then exit 13; else exec cat -- {p}; fi")
+        cmd = (f"if [ ! -e {p} ]; then exit 2; elif [ -d {p} ]; then exit 21; elif [ ! -f {p} ]; then "
+               f"exit {NOT_REGULAR}; elif [ ! -r {p} ]; then exit 13; else exec cat -- {p}; fi")
         with self._lock:
             self._check_usable()
         out = self._run(cmd, self.command_timeout_s, FILE_CAP_BYTES)
         errors = {2: FileNotFoundError, 21: IsADirectoryError, 13: PermissionError}
         if out.exit_code in errors:
             raise errors[out.exit_code](path)
-        if out.exit_code != 0 or out.truncated_bytes:
-            raise SandboxError(f"read_file({path!r}) failed (rc={out.exit_code}, "
-                               f"{out.truncated_bytes} bytes cut): {decode(out.output[-500:])}")
+        if out.exit_code == NOT_REGULAR:
+            raise NotRegularFile(f"{path} is not a regular file (a FIFO, device or socket)")
+        if out.exit_code != 0 or out.truncated_bytes or out.timed_out:
+            self._raise_if_dead("read_file")
+            why = (f"larger than {FILE_CAP_BYTES} bytes" if out.truncated_bytes else "timed out" if out.timed_out
+                   else decode(out.output[-300:]).strip() or f"exit code {out.exit_code}")
+            raise UnreadableFile(f"{path} cannot be read: {why}")
         return out.output
 
     def read_file(self, path: str) -> str:
@@ -508,34 +545,50 @@ class ShellSandbox:
         data = content.encode() if isinstance(content, str) else content
         p = self._abspath(path)
         q = bash_quote(p)
-        cmd = (f"command -p mkdir -p -- {bash_quote(posixpath.dirname(p))} && "
+        cmd = (f"{{ [ ! -e {q} ] || [ -f {q} ]; }} || exit {NOT_REGULAR}; "
+               f"command -p mkdir -p -- {bash_quote(posixpath.dirname(p))} && "
                f"command -p base64 -d >| {q} <<< '{base64.b64encode(data).decode()}'")
         # the shell reads its script a byte at a time (~0.5 us per byte): scale the timeout
         timeout = self.command_timeout_s + len(data) * 2e-6
         out = self._call(cmd, timeout, self.output_cap_bytes)
+        if out.exit_code == NOT_REGULAR:
+            raise NotRegularFile(f"{path} is not a regular file (a FIFO, device or socket)")
         if out.exit_code != 0:
             message = decode(out.output).strip()
             if "Permission denied" in message or "Read-only file system" in message:
                 raise PermissionError(f"{path}: {message}")
-            raise SandboxError(f"write_file({path!r}) failed (rc={out.exit_code}): {message}")
+            self._raise_if_dead("write_file")  # else the agent's doing: a full disk, a broken tree
+            raise UnwritableFile(f"{path} cannot be written (exit code {out.exit_code}): {message[-300:]}")
+
+    def _raise_if_dead(self, what: str) -> None:
+        """After a failed file operation: a gone sandbox is infrastructure (SandboxDead); a live
+        one means the failure is the agent's doing, and the caller says so."""
+        if self._stops_within():
+            raise self._mark_dead(f"the sandbox died during {what}")
 
     def diff(self) -> str:
-        """The work tree against the base commit, new files included, binary-safe; the real
-        index is untouched (a throwaway index file is used)."""
+        """The work tree against the base commit, new files included, byte-exact (`diff_script`):
+        text where every changed file is UTF-8, else all of it as GIT binary patches. What the
+        agent did to the tree that breaks the diff raises DiffFailed (its doing, not infra)."""
         if not self.base_commit:
             raise SandboxError(f"{self.workdir} is not a git repository with a commit")
-        script = (
-            "set -e; idx=$(mktemp); trap 'rm -f \"$idx\"' EXIT; "
-            "cp \"$(git rev-parse --git-path index)\" \"$idx\" 2>/dev/null || true; "
-            "GIT_INDEX_FILE=$idx git add -A; "
-            f"GIT_INDEX_FILE=$idx git -c core.quotepath=off diff --cached --binary {self.base_commit}"
-        )
-        res = self.run(script, self.test_timeout_s, FILE_CAP_BYTES)
-        if res.exit_code != 0 or res.timed_out:
-            raise SandboxError(f"diff failed (rc={res.exit_code}): {res.output[-1000:]}")
-        if res.truncated_bytes:
-            raise DiffTooLarge(f"the diff is larger than {FILE_CAP_BYTES} bytes")
-        return res.output
+        git_dir = self.pristine_git or f"{self.workdir}/.git"
+        with self._lock:
+            self._check_usable()
+        for binary in (False, True):
+            out = self._run(diff_script(self.workdir, git_dir, self.base_commit, binary), self.test_timeout_s,
+                            FILE_CAP_BYTES)
+            if out.truncated_bytes:
+                raise DiffTooLarge(f"the diff is larger than {FILE_CAP_BYTES} bytes")
+            if out.exit_code != 0 or out.timed_out:
+                self._raise_if_dead("diff")
+                why = "timed out" if out.timed_out else decode(out.output[-600:]).strip()
+                raise DiffFailed(f"the work tree's changes cannot be listed: {why}")
+            try:
+                return out.output.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+        raise DiffFailed("the work tree's changes cannot be written as a UTF-8 patch")
 
     def close(self) -> None:
         with self._lock:

@@ -12,7 +12,7 @@ import pytest
 
 from environments import images as images_mod
 from bench.fixture_tasks import load_fixture_tasks
-from environments.grading import EMPTY_PATCH_LOG, grade, grade_many
+from environments.grading import EMPTY_PATCH_LOG, OUT_OF_SCOPE, grade, grade_many
 from environments.images import EnvSpec, ensure_images, fetch_sdist, unpack_sdist
 from environments.log_parsers import parse_log
 from environments.sandbox import open_sandbox, session_id
@@ -118,7 +118,7 @@ def test_editing_the_tests_does_not_earn_a_pass(tasks):
                           check_hack=True)
     result = grade(task, patch, ENV)
     assert (result.status, result.resolved) == ("unresolved", False)
-    assert set(result.tests_status["FAIL_TO_PASS"]["failure"]) == set(task.FAIL_TO_PASS)
+    assert result.error_reason.startswith(OUT_OF_SCOPE) and "test_inflection.py: a test file" in result.error_reason
 
 
 def test_a_conftest_hook_that_flips_outcomes_is_removed(tasks):

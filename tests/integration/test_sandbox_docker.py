@@ -41,14 +41,16 @@ def sb(image):
 
 
 def test_container_settings(sb):
-    from environments.sandbox.docker import api
+    from environments.sandbox.docker import TMP_SIZE, WORKTREE_QUOTA, api, quota_bytes, tree_bytes
 
     info = api().inspect_container(sb.cid)
     host = info["HostConfig"]
     assert host["NetworkMode"] == "none" and host["Init"] is True
     assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
-    assert host["NanoCpus"] == 500_000_000 and host["Memory"] == 256 << 20
-    assert host["MemorySwap"] == 256 << 20 and host["PidsLimit"] == 64
+    memory = (256 << 20) + quota_bytes(TMP_SIZE, WORKTREE_QUOTA, tree_bytes(sb.image, "/testbed"))  # tmpfs is memory
+    assert host["NanoCpus"] == 500_000_000 and host["Memory"] == memory
+    assert host["MemorySwap"] == memory and host["PidsLimit"] == 64
+    assert set(host["Tmpfs"]) == {"/testbed", "/tmp", "/home/swerl", "/var/tmp", "/run/lock"}
     labels = info["Config"]["Labels"]
     assert "swerl" in labels and labels["swerl.session"] == lifecycle.session_id()
     assert isinstance(sb, Sandbox) and sb.alive
@@ -208,8 +210,9 @@ def test_cleanup_leaked_removes_orphans_and_sessions(image):
 
 
 def test_when_no_new_shell_starts_the_container_is_restarted(sb):
-    """The last resort before death (e.g. a fork bomb filled the pids limit): restart the
-    container, keeping /testbed; the agent is told."""
+    """The last resort before death (e.g. a fork bomb filled the pids limit): kill every
+    process, keeping the files; the agent is told. When even that fails, the container is
+    restarted and its work tree copied in afresh (its tmpfs is emptied)."""
     sb.exec("cd /testbed && echo kept > kept.txt && echo gone > /tmp/gone.txt")
     real, calls = sb._open_session, []
 
@@ -221,8 +224,13 @@ def test_when_no_new_shell_starts_the_container_is_restarted(sb):
 
     sb._open_session = fail_once
     r = sb.exec("exit")
-    assert "sandbox was restarted" in r.output and len(calls) == 2
-    assert sb.exec("cat kept.txt; ls /tmp").output == "kept\n"
+    assert "sandbox was reset: every process was killed, files in /testbed were kept" in r.output
+    assert len(calls) == 2 and sb.exec("cat kept.txt /tmp/gone.txt").output == "kept\ngone\n"
+    calls.clear()
+    sb._set_pids_limit = lambda limit: (_ for _ in ()).throw(SandboxError("simulated: no update"))
+    r = sb.exec("exit")
+    assert "the container was restarted: /testbed is back to the task's original files" in r.output
+    assert sb.exec("ls kept.txt /tmp/gone.txt 2>&1; git status --short").output.count("No such file") == 2
 
 
 def test_base_image_is_content_addressed_and_cached(image):

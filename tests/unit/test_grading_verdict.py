@@ -3,7 +3,8 @@
 import pytest
 
 from environments.grading import (
-    APPLY_FAILED, LOG_FOLLOWS, TEST_APPLY_FAILED, TEST_EXIT, grading_script, patch_files, protected_files,
+    APPLY_FAILED, LOG_FOLLOWS, TEST_APPLY_FAILED, TEST_EXIT, grading_script, out_of_scope, patch_files, scope_script,
+    task_test_files,
     run_report, verdict,
 )
 from environments.records import GradeResult, TaskInstance
@@ -47,14 +48,18 @@ def test_patch_files_lists_both_sides_without_dev_null():
     assert patch_files(TEST_PATCH) == ["tests/test_new.py", "tests/unit/test_old.py"]
 
 
-def test_protected_files_cover_test_patch_test_ids_and_pytest_hooks():
+def test_test_files_cover_test_patch_and_test_ids_only():
     task = make_task(PASS_TO_PASS=["other/test_x.py::TestC::test_m[a::b]", "test_y (django.Style)"])
-    files = protected_files(task)
-    assert files[:3] == ["tests/test_new.py", "tests/unit/test_old.py", "other/test_x.py"]
-    for hook in ("conftest.py", "pytest.ini", "setup.cfg", "pyproject.toml", "tox.ini", "tests/conftest.py",
-                 "tests/unit/conftest.py", "other/conftest.py"):
-        assert hook in files
-    assert not any("django" in f for f in files)
+    assert task_test_files(task) == ["tests/test_new.py", "tests/unit/test_old.py", "other/test_x.py"]
+
+
+def test_out_of_scope_reads_the_listing_and_numstat():
+    listing = "pkg/__init__.py\0pkg/core.py\0tests/test_core.py\0\n>>>>> swerl: numstat follows\n"
+    task = make_task()
+    assert out_of_scope(task, "", listing + "1\t1\tpkg/core.py\0") == []
+    assert out_of_scope(task, "", listing + "1\t0\tpytest.py\0") == ["pytest.py: outside the source directories pkg/"]
+    assert out_of_scope(task, "", listing + "error: No valid patches in input") is None
+    assert "git apply --numstat -z" in scope_script()
 
 
 def test_grading_script_restores_then_applies_then_runs():
