@@ -1,6 +1,5 @@
 """Real SWE-bench instances end to end, offline: marshmallow-code__marshmallow-1343 (full and
-Verified, version 2.20, Python 3.9 on bullseye), pylint-dev__astroid-1268 (2.9, Python 3.9) and
-pydicom__pydicom-1694 (Lite, 2.3: swebench's spec asks for Python 3.10, which no Debian release
+Verified, version 2.20, Python 3.9 on bullseye) and pydicom__pydicom-1694 (Lite, 2.3: swebench's spec asks for Python 3.10, which no Debian release
 ships, so it builds on bookworm's 3.11 and the record says so). Their rows are as the dataset gives them; each repository is a shallow bare git
 repo of its base and environment-setup commits (tests/data/swebench_real, make_fixture.py).
 Import with a repo mirror, offline build from swebench's own spec, grading (gold resolves, empty
@@ -50,8 +49,10 @@ def imported(mirror) -> dict:
 ROWS = [
     (IID, "bullseye", "3.9.2", None),
     ("pydicom__pydicom-1694", "bookworm", "3.11.2", {"wanted": "3.10", "built_with": "3.11", "release": "bookworm"}),
-    ("pylint-dev__astroid-1268", "bullseye", "3.9.2", None),
 ]
+# pylint-dev__astroid-1268 (bullseye, 3.9.2) is shipped too and passes here (~100 s more: its env
+# build and 20 s test runs); make test leaves it to the parity check on its recorded logs
+# (tests/unit/test_real_log_parity.py) to keep CI's wall time down.
 
 
 @pytest.mark.parametrize("iid, release, python, substitution", ROWS, ids=[r[0] for r in ROWS])
