@@ -1,6 +1,8 @@
-"""The sandbox base image: a Debian rootfs plus a non-root user `swerl` owning `/testbed`.
+"""The sandbox base images: a Debian rootfs plus a non-root user `swerl` owning `/testbed`.
 
-Base images cannot be pulled on the machines this runs on, so the rootfs is made offline-ish with
+One per Debian release, each for the Python that release ships (`RELEASES`): a task's Python
+picks its release (`release_for_python`), the nearest one when no release ships it. Base images
+cannot be pulled on the machines this runs on, so the rootfs is made offline-ish with
 `mmdebstrap` (it only needs a Debian mirror) and imported; the small layer on top is built with
 `docker build`. The tag carries a hash of everything that went in (the rootfs image id and the
 Dockerfile), so asking again is a cache hit and any change makes a new tag instead of silently
@@ -14,13 +16,16 @@ import shutil
 import subprocess
 from typing import Callable
 
-ROOTFS_IMAGE = "swerl-rootfs:bookworm"
+DEFAULT_RELEASE = "bookworm"
+RELEASES = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13"}  # Debian release -> its python3
+ROOTFS_REPO = "swerl-rootfs"
+ROOTFS_IMAGE = f"{ROOTFS_REPO}:{DEFAULT_RELEASE}"  # also the FROM of the stack's service images
 BASE_REPO = "swerl-base"
-ROOTFS_PACKAGES = "python3,python3-pip,python3-venv,git,python3-pytest,ca-certificates"
+ROOTFS_PACKAGES = "python3,python3-pip,python3-venv,git,python3-pytest,ca-certificates,passwd"  # passwd: useradd (trixie)
 
 # Kept deliberately small: everything heavy belongs in the instance images.
-DOCKERFILE = f"""\
-FROM {ROOTFS_IMAGE}
+DOCKERFILE_TEMPLATE = """\
+FROM {rootfs}
 RUN useradd --create-home --uid 1000 --shell /bin/bash swerl \\
  && mkdir -p /testbed && chown swerl:swerl /testbed \\
  && git config --system --add safe.directory '*' \\
@@ -31,6 +36,7 @@ WORKDIR /testbed
 USER swerl
 CMD ["sleep", "infinity"]
 """
+DOCKERFILE = DOCKERFILE_TEMPLATE.format(rootfs=ROOTFS_IMAGE)
 
 Progress = Callable[[str], None]
 
@@ -77,43 +83,77 @@ def run_build_tool(cmd: list[str] | str, progress: Progress, *, shell: bool = Fa
                               f"(rc={proc.returncode}):\n" + "\n".join(tail))
 
 
-def ensure_rootfs(progress: Progress = print) -> str:
-    """Make `swerl-rootfs:bookworm` with mmdebstrap when missing (about 40 s and 290 MB)."""
-    if image_id(ROOTFS_IMAGE):
-        return ROOTFS_IMAGE
+def _python_version(text: str) -> tuple[int, int] | None:
+    parts = str(text).strip().split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return None
+
+
+def release_for_python(python: str) -> str:
+    """The Debian release whose python3 is nearest to `python` ("3.9" -> bullseye, "3.6" ->
+    bullseye, "3.12" -> trixie); on a tie the newer one, since code that needs 3.10 features
+    runs on 3.11 but not on 3.9. A release name is returned as is; anything else is an error."""
+    if python in RELEASES:
+        return python
+    want = _python_version(python)
+    if want is None:
+        raise ImageBuildError(f"python {python!r}: not a Python version nor a Debian release ({', '.join(RELEASES)})")
+    have = {rel: _python_version(v) for rel, v in RELEASES.items()}
+    return min(have, key=lambda rel: (abs((have[rel][0] - want[0]) * 100 + have[rel][1] - want[1]), -have[rel][1]))
+
+
+def rootfs_image(release: str = DEFAULT_RELEASE) -> str:
+    if release not in RELEASES:
+        raise ImageBuildError(f"unknown Debian release {release!r} (known: {', '.join(RELEASES)})")
+    return f"{ROOTFS_REPO}:{release}"
+
+
+def ensure_rootfs(progress: Progress = print, release: str = DEFAULT_RELEASE) -> str:
+    """Make `swerl-rootfs:<release>` with mmdebstrap when missing (about 40 s and 290 MB)."""
+    ref = rootfs_image(release)
+    if image_id(ref):
+        return ref
     if not shutil.which("mmdebstrap"):
-        raise ImageBuildError(
-            f"{ROOTFS_IMAGE} is missing and mmdebstrap is not installed (apt-get install mmdebstrap)"
-        )
-    progress(f"building {ROOTFS_IMAGE} with mmdebstrap")
+        raise ImageBuildError(f"{ref} is missing and mmdebstrap is not installed (apt-get install mmdebstrap)")
+    progress(f"building {ref} with mmdebstrap (python {RELEASES[release]})")
     run_build_tool(
-        f"set -o pipefail; mmdebstrap --variant=apt --include={ROOTFS_PACKAGES} bookworm - "
-        f"| docker import - {ROOTFS_IMAGE}",
+        f"set -o pipefail; mmdebstrap --variant=apt --include={ROOTFS_PACKAGES} {release} - "
+        f"| docker import - {ref}",
         progress, shell=True,
     )
-    return ROOTFS_IMAGE
+    return ref
 
 
-def base_tag() -> str:
-    """`swerl-base:<hash of rootfs id + Dockerfile>`; needs the rootfs to exist."""
-    rootfs = image_id(ROOTFS_IMAGE)
+def base_tag(release: str = DEFAULT_RELEASE) -> str:
+    """`swerl-base:<hash of rootfs id + Dockerfile>`; needs the rootfs to exist. Bookworm's hash
+    is the one it always had, so existing images stay cache hits."""
+    ref = rootfs_image(release)
+    rootfs = image_id(ref)
     if rootfs is None:
-        raise ImageBuildError(f"{ROOTFS_IMAGE} does not exist")
-    digest = hashlib.sha256(f"{rootfs}\n{DOCKERFILE}".encode()).hexdigest()[:12]
+        raise ImageBuildError(f"{ref} does not exist")
+    digest = hashlib.sha256(f"{rootfs}\n{DOCKERFILE_TEMPLATE.format(rootfs=ref)}".encode()).hexdigest()[:12]
     return f"{BASE_REPO}:{digest}"
 
 
-def ensure_base_image(progress: Progress = print) -> str:
-    """Return the sandbox base image tag, building the rootfs and the user layer when missing."""
-    ensure_rootfs(progress)
-    tag = base_tag()
+def ensure_base_image(progress: Progress = print, release: str = DEFAULT_RELEASE) -> str:
+    """Return the sandbox base image tag of `release`, building its rootfs and the user layer
+    when missing. The default release is also tagged `swerl-base:latest`, the others
+    `swerl-base:<release>`."""
+    ref = ensure_rootfs(progress, release)
+    tag = base_tag(release)
     if not image_id(tag):
         progress(f"building {tag}")
-        run_build_tool(["docker", "build", "--network", "host", "-t", tag, "-"], progress, stdin=DOCKERFILE)
-    if image_id(f"{BASE_REPO}:latest") != image_id(tag):
-        subprocess.run(["docker", "tag", tag, f"{BASE_REPO}:latest"], check=True)
+        run_build_tool(["docker", "build", "--network", "host", "-t", tag, "-"], progress,
+                       stdin=DOCKERFILE_TEMPLATE.format(rootfs=ref))
+    alias = f"{BASE_REPO}:{'latest' if release == DEFAULT_RELEASE else release}"
+    if image_id(alias) != image_id(tag):
+        subprocess.run(["docker", "tag", tag, alias], check=True)
     return tag
 
 
 if __name__ == "__main__":
-    print(ensure_base_image())
+    import sys
+
+    print(ensure_base_image(release=sys.argv[1] if len(sys.argv) > 1 else DEFAULT_RELEASE))

@@ -295,6 +295,8 @@ def grade_many(
 
     def one(p: dict[str, Any]) -> GradeResult:
         task = tasks_by_id[p["instance_id"]]
+        if not (images or {}).get(task.instance_id) and task.no_image_reason:
+            return GradeResult(task.instance_id, "error", False, False, error_reason=task.no_image_reason)
         try:
             return grade_prediction(task, p.get("model_patch"), env_cfg, (images or {}).get(task.instance_id))
         except Exception as e:  # one bad instance must not lose the others' verdicts

@@ -29,11 +29,15 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from environments.base_image import ImageBuildError, Progress, ensure_base_image, image_id, run_build_tool
+from environments.base_image import (
+    DEFAULT_RELEASE, RELEASES, ImageBuildError, Progress, ensure_base_image, image_id, run_build_tool,
+)
+from environments.env_spec import EnvSpec
 from environments.records import TaskInstance
+from environments.swebench_specs import prebuilt_images, recipe, swebench_specs
 from swerl.paths import swerl_home
 
-DEFAULT_RELEASE = "bookworm"  # the base image's Debian release (python 3.11)
+PULL_TIMEOUT_S = 120.0  # a registry that answers at all answers well within this
 GIT_DATE = "2000-01-01T00:00:00+0000"
 
 # Build-time only (ARG, not ENV): pip trusts the host's CA bundle while the image is built.
@@ -41,6 +45,16 @@ BUILD_CA_LINES = [
     "COPY build-ca.crt /etc/swerl-build-ca.crt",
     "ARG PIP_CERT=/etc/swerl-build-ca.crt",
 ]
+
+# Upstream (SWE-bench-style) environments get their own venv, as SWE-bench's get a conda env:
+# their specs pin versions of what Debian installed (pytest, pluggy), which pip cannot replace in
+# the system site; and their `test_cmd` calls `pytest`. setuptools stays below 70: old repos
+# still import pkg_resources and install with `setup.py develop`.
+TESTBED_VENV = [
+    "RUN python3 -m venv /opt/testbed && /opt/testbed/bin/pip install -q --upgrade pip 'setuptools<70' wheel",
+    "ENV PATH=/opt/testbed/bin:$PATH VIRTUAL_ENV=/opt/testbed",
+]
+TESTBED_PYTEST = "RUN python -m pytest --version >/dev/null 2>&1 || pip install -q pytest"
 
 # Build and cache files that must never show up in the agent's diff nor in the base commit.
 GIT_EXCLUDE = ("*.egg-info/", "__pycache__/", "*.py[co]", ".pytest_cache/", ".eggs/")
@@ -61,60 +75,17 @@ RESET_HISTORY = (
 )
 
 
-@dataclass
-class EnvSpec:
-    """How to get one project's source and install it with its test dependencies.
-
-    - `source: pypi-sdist` (synthesised tasks, SWE-smith style, and the hand-made fixtures): the
-      env image holds the pristine sdist as a one-commit repository; the instance applies
-      `task.meta["bug_patch"]` on top (the gold `patch` reverts it) and commits the result.
-      `task.base_commit` is the hash of that commit. Author, date and message are fixed, so the
-      hash depends only on the tree: the build checks it and fails when the image does not
-      reproduce the task (`instance_head(tag)` reads it back from a built image).
-    - `source: <git URL>` or `mirror:<dir>` (dir of bare repos `owner__name.git`, for
-      SWE-bench-like tasks): the env image holds the clone at `version` (a commit or tag,
-      SWE-bench's `environment_setup_commit`) with dependencies installed; the instance checks
-      out `task.base_commit`, re-runs `install`, then resets history.
-    """
-
-    name: str  # distribution name on PyPI (or a short name for git sources)
-    version: str  # sdist version; for git sources the commit/tag of the environment
-    source: str = "pypi-sdist"  # "pypi-sdist" | git URL | "mirror:<dir of owner__name.git>"
-    repo: str = ""  # "owner/name", needed for mirror sources
-    python: str = DEFAULT_RELEASE  # Debian release of the base: bullseye | bookworm | trixie
-    pip: list[str] = field(default_factory=list)  # pinned requirements for the tests
-    install: str = "pip install --no-deps -e ."
-    env: dict[str, str] = field(default_factory=dict)  # build and run time, e.g. SCM versions
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "EnvSpec":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"EnvSpec: unknown keys {sorted(unknown)}")
-        return cls(**d)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @property
-    def kind(self) -> str:
-        if self.source == "pypi-sdist":
-            return "sdist"
-        if self.source.startswith("mirror:"):
-            return "mirror"
-        return "git"
-
-    @property
-    def key(self) -> str:
-        return f"{self.name}=={self.version}"
-
-
 def env_spec_of(task: TaskInstance) -> EnvSpec:
+    """The task's environment recipe: `meta.env_spec`, or for a plain SWE-bench row (no
+    env_spec) the one the `swebench` package's spec for its repo and version gives."""
     spec = task.meta.get("env_spec")
-    if not isinstance(spec, dict):
-        raise ImageBuildError(f"{task.instance_id}: meta.env_spec is missing; cannot build its image")
-    return EnvSpec.from_dict(spec)
+    if spec is None:
+        raise ImageBuildError(f"no meta.env_spec, and swebench has no spec for {task.repo} {task.version or '(no version)'}"
+                              "; import the task with `swerl curate import` or give it an env_spec")
+    try:
+        return EnvSpec.from_dict(spec)
+    except (ValueError, TypeError) as e:
+        raise ImageBuildError(f"meta.{e}") from None
 
 
 def _docker_name(text: str) -> str:
@@ -226,10 +197,13 @@ def env_dockerfile(spec: EnvSpec, base: str) -> str:
         "WORKDIR /testbed",
     ]
     if spec.kind != "sdist":
+        lines += TESTBED_VENV
         lines.append(f"RUN git checkout -q -f {shlex.quote(spec.version)}")
     if spec.pip:
         lines.append("RUN pip install " + " ".join(shlex.quote(r) for r in spec.pip))
     lines.append(f"RUN {spec.install}")
+    if spec.kind != "sdist":
+        lines.append(TESTBED_PYTEST)
     if spec.kind == "sdist":  # a clean one-commit repo: synthesis works on this image directly
         lines.append(f"RUN {CLEAN_BYTECODE} && {RESET_HISTORY}")
     lines += ["RUN chown -R swerl:swerl /testbed", "USER swerl", ""]
@@ -237,7 +211,13 @@ def env_dockerfile(spec: EnvSpec, base: str) -> str:
 
 
 def _spec_id(spec: EnvSpec) -> str:
-    return json.dumps(spec.to_dict(), sort_keys=True)
+    """What decides an env image's content. A git source is its repository and commit, not the
+    place it was cloned from: the same commit from GitHub or from any mirror directory is the
+    same image (a mirror unpacked in a fresh temp dir is still a cache hit)."""
+    d = spec.to_dict()
+    if spec.kind != "sdist" and spec.repo:
+        d["source"] = f"git:{spec.repo}"
+    return json.dumps(d, sort_keys=True)
 
 
 def env_tag(spec: EnvSpec, base: str) -> str:
@@ -319,27 +299,184 @@ def instance_head(tag: str) -> str:
 # ---------------------------------------------------------------- all of a dataset
 
 def base_for(spec: EnvSpec, progress: Progress = print) -> str:
-    if spec.python != DEFAULT_RELEASE:
-        raise ImageBuildError(
-            f"{spec.key}: python={spec.python!r} needs a {spec.python} base image; "
-            f"only {DEFAULT_RELEASE} is built by environments.base_image"
-        )
-    return ensure_base_image(progress)
+    """The base image of the spec's Debian release (`spec.python`)."""
+    if spec.python not in RELEASES:
+        raise ImageBuildError(f"{spec.key}: python={spec.python!r} is not a Debian release ({', '.join(RELEASES)})")
+    return ensure_base_image(progress, release=spec.python)
+
+
+# ---------------------------------------------------------------- prebuilt images
+
+PREBUILT_LAYER = """\
+FROM {ref}
+USER root
+RUN (id -u 1000 >/dev/null 2>&1 || useradd --create-home --uid 1000 --shell /bin/bash swerl) \\
+ && git config --system --add safe.directory '*' \\
+ && cd /testbed && {clean} && {reset} && chown -R 1000:1000 /testbed
+ENV PATH=/opt/miniconda3/envs/testbed/bin:/opt/miniconda3/bin:$PATH HOME=/home/swerl LANG=C.UTF-8
+USER 1000
+WORKDIR /testbed
+"""
+
+
+@dataclass
+class Puller:
+    """Pulls a dataset's prebuilt images. After a registry fails once with a network error
+    (none reachable, as on offline machines) it tries no more: one log line, no waits per task."""
+
+    enabled: bool = True
+    timeout_s: float = PULL_TIMEOUT_S
+    unreachable: str = ""
+
+    def get(self, ref: str, progress: Progress) -> str | None:
+        """`ref` when it is here or could be pulled, else None (and the reason is logged)."""
+        if image_id(ref):
+            return ref
+        if not self.enabled or self.unreachable:
+            return None
+        try:
+            out = subprocess.run(["docker", "pull", "--quiet", ref], capture_output=True, text=True,
+                                 timeout=self.timeout_s)
+            why = out.stderr.strip().splitlines()[-1] if out.returncode else ""
+        except subprocess.TimeoutExpired:
+            why = f"no answer in {self.timeout_s:g} s"
+        if not why:
+            return ref
+        if any(k in why for k in ("dial tcp", "no such host", "no answer", "connection refused", "i/o timeout")):
+            self.unreachable = why
+            progress(f"prebuilt images: registry not reachable ({why}); building every image offline from its spec")
+        else:
+            progress(f"prebuilt image {ref} not available ({why}); building offline from its spec")
+        return None
+
+
+def adapt_prebuilt(ref: str, progress: Progress = print) -> str:
+    """Our instance layer on a dataset's prebuilt image: the non-root user, one-commit history
+    (the agent cannot read the fix from `git log`), its conda env first on PATH."""
+    dockerfile = PREBUILT_LAYER.format(ref=ref, clean=CLEAN_BYTECODE, reset=RESET_HISTORY)
+    tag = f"swerl-pre.{_docker_name(ref.split('/')[-1].split(':')[0])}:{_digest(dockerfile, _require_image(ref))}"
+    if not image_id(tag):
+        progress(f"building {tag} on prebuilt {ref}")
+        run_build_tool(["docker", "build", "--label", "swerl=1", "-t", tag, "-"], progress, stdin=dockerfile)
+    return tag
+
+
+# ---------------------------------------------------------------- all of a dataset
+
+
+@dataclass
+class ImageSet:
+    """What `build_images` made: an image per task that has one, a reason per task that has not,
+    and how each image came (`prebuilt <ref>` or `built`)."""
+
+    images: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    routes: dict[str, str] = field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict)  # the failing tool's output tail
+
+    def fail(self, iid: str, e: Exception) -> None:
+        self.errors[iid] = f"no image: {_first_line(e)}"
+        self.details[iid] = str(e)
+
+
+def _prebuilt(tasks: list[TaskInstance], puller: Puller, out: ImageSet, progress: Progress) -> None:
+    for t in tasks:
+        for ref in prebuilt_images(t, t.source or ("swe-bench" if swebench_specs(t.repo, t.version) else "")):
+            if puller.get(ref, progress):
+                try:
+                    out.images[t.instance_id] = adapt_prebuilt(ref, progress)
+                    out.routes[t.instance_id] = f"prebuilt {ref}"
+                    break
+                except ImageBuildError as e:
+                    progress(f"{t.instance_id}: prebuilt {ref} unusable ({str(e).splitlines()[0]}); trying the next way")
+
+
+def _first_line(e: Exception) -> str:
+    lines = [x for x in str(e).splitlines() if x.strip()]
+    tail = f" ... {lines[-1].strip()}" if len(lines) > 1 else ""
+    return f"{lines[0] if lines else type(e).__name__}{tail}"[:600]
+
+
+def build_images(tasks: list[TaskInstance], progress: Progress = print, workers: int = 1,
+                 pull: bool = True) -> ImageSet:
+    """An image for every task that can get one, in this order: the dataset's prebuilt image
+    (here, or pulled), else an offline build from the task's spec (base -> env -> instance, each
+    layer cached by content hash). A task that gets none gets a one-line reason instead, and
+    the others still build: one broken record never stops a dataset.
+
+    Env images first (one per project version), then instances, `workers` builds at a time:
+    builds are mostly pip and disk, so more than 2 buys little on a 2-core machine.
+    """
+    out = ImageSet()
+    for t in tasks:
+        attach_swebench_recipe(t)
+    _prebuilt(tasks, Puller(enabled=pull), out, progress)
+    specs: dict[str, EnvSpec] = {}
+    for t in tasks:
+        if t.instance_id in out.images:
+            continue
+        try:
+            specs[t.instance_id] = env_spec_of(t)
+        except ImageBuildError as e:
+            out.fail(t.instance_id, e)
+    unique = {_spec_id(s): s for s in specs.values()}
+    bases: dict[str, str | Exception] = {}
+    for s in unique.values():
+        if s.python not in bases:
+            try:
+                bases[s.python] = base_for(s, progress)
+            except ImageBuildError as e:
+                bases[s.python] = e
+
+    def env(s: EnvSpec) -> str | Exception:
+        base = bases[s.python]
+        if isinstance(base, Exception):
+            return base
+        try:
+            return build_env_image(s, base, progress)
+        except ImageBuildError as e:
+            return e
+
+    def inst(t: TaskInstance) -> str | Exception:
+        env_image = env_tags[_spec_id(specs[t.instance_id])]
+        if isinstance(env_image, Exception):
+            return env_image
+        try:
+            return build_instance_image(t, env_image, progress)
+        except ImageBuildError as e:
+            return e
+
+    todo = [t for t in tasks if t.instance_id in specs]
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        env_tags = dict(zip(unique, pool.map(env, unique.values())))
+        for t, got in zip(todo, pool.map(inst, todo)):
+            if isinstance(got, Exception):
+                out.fail(t.instance_id, got)
+            else:
+                out.images[t.instance_id], out.routes[t.instance_id] = got, "built"
+    return out
+
+
+def attach_swebench_recipe(task: TaskInstance) -> bool:
+    """Give a plain SWE-bench row (no `meta.env_spec`) the recipe swebench's spec for its repo
+    and version gives: env_spec, test_cmd, log_parser, and the notes (`env_recipe`, with any
+    Python substitution). True when it got one."""
+    if "env_spec" in task.meta or not swebench_specs(task.repo, task.version):
+        return False
+    spec, notes, test_cmd, parser = recipe(task)
+    task.test_cmd, task.log_parser = test_cmd, parser
+    task.meta = {**task.meta, "project": task.meta.get("project") or task.repo, "env_spec": spec.to_dict(),
+                 "env_recipe": notes}
+    return True
 
 
 def ensure_images(
     tasks: list[TaskInstance], progress: Progress = print, workers: int = 1
 ) -> dict[str, str]:
-    """Build every missing env and instance image; returns instance_id -> instance image tag.
-
-    Env images first (one per project version), then instances, `workers` builds at a time:
-    builds are mostly pip and disk, so more than 2 buys little on a 2-core machine.
-    """
-    specs = {t.instance_id: env_spec_of(t) for t in tasks}
-    unique = {_spec_id(s): s for s in specs.values()}
-    bases = {s.python: base_for(s, progress) for s in unique.values()}
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        built = pool.map(lambda s: build_env_image(s, bases[s.python], progress), unique.values())
-        env_tags = dict(zip(unique, built))
-        tags = pool.map(lambda t: build_instance_image(t, env_tags[_spec_id(specs[t.instance_id])], progress), tasks)
-        return {t.instance_id: tag for t, tag in zip(tasks, tags)}
+    """`build_images` for callers that need every image: raises on the first task without one."""
+    got = build_images(tasks, progress, workers)
+    if got.errors:
+        iid = next(iter(got.errors))
+        more = f" (and {len(got.errors) - 1} more)" if len(got.errors) > 1 else ""
+        raise ImageBuildError(f"{iid}{more}: {got.details[iid]}")
+    return got.images

@@ -51,16 +51,20 @@ def where(store: Any, key: str) -> str:
 
 
 def tasks_with_images(path: str) -> list:
-    """Load a tasks file (reporting bad lines) and make sure every instance image exists."""
-    from environments.images import ensure_images
-    from environments.records import load_tasks
+    """Load a tasks file (reporting bad lines) and give every task its image; a task that can
+    get none keeps `image` empty and the reason in its meta (`TaskInstance.no_image_reason`)."""
+    from environments.images import build_images
+    from environments.records import IMAGE_ERROR, load_tasks
 
     report = load_tasks(path)
     for err in report.errors:
         print(f"swerl: skipping malformed task: {err}", file=sys.stderr)
-    images = ensure_images(report.tasks)
+    got = build_images(report.tasks)
     for t in report.tasks:
-        t.image = images[t.instance_id]
+        t.image = got.images.get(t.instance_id, "")
+        if t.instance_id in got.errors:
+            t.meta[IMAGE_ERROR] = got.errors[t.instance_id]
+            print(f"swerl: {t.instance_id}: {got.errors[t.instance_id]}", file=sys.stderr)
     return report.tasks
 
 

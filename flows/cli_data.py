@@ -122,21 +122,41 @@ def cmd_curate_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+@one_line_errors
 def cmd_curate_import(args: argparse.Namespace) -> int:
+    """Import upstream rows, run the paper's filters on them (real containers), save what passes."""
+    import json
+
     from environments.curation.dataset import save_dataset
-    from environments.curation.importers import import_tasks
+    from environments.curation.filters import counts_line, filter_tasks
+    from environments.curation.importers import ImportSourceError, import_tasks
     from swerl.store import open_store
 
     cfg = load_cli_config(args)
-    report = import_tasks(args.source_path, args.source, repo_mirror=args.repo_mirror, split=args.split)
+    try:
+        report = import_tasks(args.source_path, args.source, repo_mirror=args.repo_mirror, split=args.split)
+    except (ImportSourceError, ValueError) as e:
+        print(f"swerl: curate import: {e}", file=sys.stderr)
+        return 2
     for err in report.errors:
         print(f"swerl: skipped: {err}", file=sys.stderr)
-    print(f"imported {len(report.tasks)} tasks ({len(report.errors)} skipped)")
-    if args.name and report.tasks:
-        ref = save_dataset(open_store(cfg.storage), args.name, report.tasks,
-                           {"source": args.source, "from": args.source_path})
+    print(f"imported {len(report.tasks)} tasks ({len(report.errors)} unreadable)")
+    filtered = filter_tasks(report.tasks, cfg.environment, reruns=args.reruns, workers=args.workers,
+                            progress=lambda line: print(line, file=sys.stderr))
+    print(counts_line(filtered))
+    for name, dropped in filtered.dropped.items():
+        for iid, why in dropped.items():
+            print(f"  dropped by {name}: {iid}: {why[:300]}")
+    if args.report:
+        from pathlib import Path
+
+        Path(args.report).write_text(json.dumps({"unreadable": report.errors, **filtered.summary()}, indent=2))
+    if args.name and filtered.kept:
+        ref = save_dataset(open_store(cfg.storage), args.name, filtered.kept,
+                           {"source": args.source, "from": args.source_path, "reruns": args.reruns,
+                            "filters": filtered.summary()["dropped_by"], "unreadable": len(report.errors)})
         print(f"dataset {ref.name}@{ref.hash} -> {ref.uri}")
-    return 0 if report.tasks else 1
+    return 0 if filtered.kept else 1
 
 
 def add_curate(sub: SubParsers) -> None:
@@ -152,7 +172,11 @@ def add_curate(sub: SubParsers) -> None:
     imp.add_argument("--source", required=True, help="swe-bench, swe-bench-lite, swe-bench-verified, swe-rebench, swe-gym")
     imp.add_argument("--repo-mirror", help="directory of bare mirrors named owner__name.git")
     imp.add_argument("--split", help="train or eval (default: by source)")
-    imp.add_argument("--name", help="save as this dataset in the store")
+    imp.add_argument("--name", help="save the tasks that pass every filter as this dataset in the store")
+    imp.add_argument("--reruns", type=int, default=1,
+                     help="extra gold and empty runs per task for the determinism filter (default 1)")
+    imp.add_argument("--workers", type=int, default=2, help="tasks validated at a time")
+    imp.add_argument("--report", help="write the curation report (counts and reasons per filter) to this JSON file")
     imp.set_defaults(func=cmd_curate_import)
 
 

@@ -11,12 +11,11 @@ from GitHub, or from a local mirror directory of bare repositories named `owner_
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 from typing import Any, Iterator
 
-from environments.images import EnvSpec
 from environments.records import LoadReport, TaskFormatError, TaskInstance, load_tasks
+from environments.swebench_specs import recipe
 
 SOURCES = ("swe-bench", "swe-bench-lite", "swe-bench-verified", "swe-rebench", "swe-gym")
 HF_NAMES = {
@@ -28,8 +27,6 @@ HF_NAMES = {
 }
 DEFAULT_SPLIT = {"swe-bench": "eval", "swe-bench-lite": "eval", "swe-bench-verified": "eval",
                  "swe-rebench": "train", "swe-gym": "train"}
-# Debian release whose python3 is closest to a requested Python (the base images are Debian's).
-_DEBIAN_FOR_PYTHON = (((3, 9), "bullseye"), ((3, 11), "bookworm"), ((3, 13), "trixie"))
 
 
 class ImportSourceError(ValueError):
@@ -99,89 +96,6 @@ def read_tasks(path_or_name: str, hf_split: str = "test", data_files: str | list
     return _to_tasks(_records_from_hub(name, hf_split))
 
 
-# ---------------------------------------------------------------------------- recipes
-
-
-def debian_release(python: str | None) -> str:
-    """The Debian release whose python3 is nearest to `python` ("3.9" -> bullseye); on a tie the
-    newer one, since code that needs 3.10 features runs on 3.11 but not on 3.9."""
-    try:
-        want = tuple(int(x) for x in str(python).split(".")[:2])
-    except ValueError:
-        return "bookworm"
-    return min(_DEBIAN_FOR_PYTHON, key=lambda kv: (abs((kv[0][0] - want[0]) * 100 + kv[0][1] - want[1]), -kv[0][1]))[1]
-
-
-def swebench_specs(repo: str, version: str) -> dict[str, Any] | None:
-    """SWE-bench's install spec for a repo at a version, or None when it has none."""
-    from swebench.harness.constants import MAP_REPO_VERSION_TO_SPECS
-
-    return MAP_REPO_VERSION_TO_SPECS.get(repo, {}).get(version)
-
-
-def test_directives(task: TaskInstance) -> list[str]:
-    """Test files the test patch touches: SWE-bench's own rule, so we run what its harness runs."""
-    from swebench.harness.test_spec.python import get_test_directives
-
-    return get_test_directives({"repo": task.repo, "test_patch": task.test_patch})
-
-
-def _pip_list(value: Any) -> list[str]:
-    if not value:
-        return []
-    if isinstance(value, str):
-        return shlex.split(value)
-    return [str(v) for v in value]
-
-
-def recipe(task: TaskInstance, repo_mirror: str | None = None) -> tuple[EnvSpec, dict[str, Any], str, str]:
-    """(EnvSpec, recipe notes, test_cmd, log_parser) for an upstream task.
-
-    Where the environment recipe comes from, in order:
-    1. the record's own `install_config` (SWE-rebench ships one per task);
-    2. the `swebench` package's install specs for SWE-bench repositories and versions
-       (`MAP_REPO_VERSION_TO_SPECS`, shipped by swebench 4.x);
-    3. a generic recipe (`pip install -e .`, `pytest -rA`), flagged `meta["env_recipe"]["generic"]`.
-    """
-    upstream = task.meta.get("upstream", {})
-    spec = upstream.get("install_config") if isinstance(upstream.get("install_config"), dict) else None
-    origin = "install_config" if spec else ""
-    if spec is None:
-        spec = swebench_specs(task.repo, task.version)
-        origin = "swebench" if spec else "generic"
-    spec = dict(spec or {"install": "pip install -e .", "test_cmd": "pytest -rA"})
-    pip = _pip_list(spec.get("pip_packages"))
-    packages = spec.get("packages", "")
-    notes: dict[str, Any] = {"origin": origin, "python": spec.get("python", ""), "generic": origin == "generic"}
-    if isinstance(packages, str) and packages and packages not in ("requirements.txt", "environment.yml"):
-        pip += shlex.split(packages)  # conda package names; most have the same name on PyPI
-    elif packages:
-        notes["packages"] = packages  # installed from the repository's own file by `install`
-    install_steps = [*(spec.get("pre_install") or []), spec.get("install") or "pip install -e ."]
-    if packages == "requirements.txt":
-        install_steps.insert(0, "if [ -f requirements.txt ]; then pip install -r requirements.txt; fi")
-    test_cmd = spec.get("test_cmd") or "pytest -rA"
-    if isinstance(test_cmd, list):
-        test_cmd = " && ".join(test_cmd)
-    directives = test_directives(task)
-    full_cmd = f"{test_cmd} {' '.join(shlex.quote(d) for d in directives)}".strip()
-    source = f"mirror:{repo_mirror}" if repo_mirror else f"https://github.com/{task.repo}.git"
-    env_spec = EnvSpec(
-        name=task.repo.replace("/", "__"),
-        version=task.environment_setup_commit or task.base_commit,
-        source=source,
-        repo=task.repo,
-        python=debian_release(spec.get("python")),
-        pip=pip,
-        install=" && ".join(install_steps),
-        env={k: str(v) for k, v in (spec.get("env_vars") or {}).items()},
-    )
-    from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
-
-    parser = "swebench" if task.repo in MAP_REPO_TO_PARSER and origin != "generic" else "pytest"
-    return env_spec, notes, full_cmd, parser
-
-
 def import_tasks(path_or_name: str, source: str, repo_mirror: str | None = None,
                  split: str | None = None, hf_split: str = "test",
                  data_files: str | list[str] | None = None) -> LoadReport:
@@ -210,5 +124,7 @@ def import_tasks(path_or_name: str, source: str, repo_mirror: str | None = None,
         t.split = split or DEFAULT_SPLIT[source]
         t.test_cmd, t.log_parser = test_cmd, parser
         t.meta = {**t.meta, "project": t.repo, "env_spec": spec.to_dict(), "env_recipe": notes}
+        if "python_substitution" in notes:  # kept only if validation passes on the nearer Python
+            t.meta["python_substitution"] = notes["python_substitution"]
         tasks.append(t)
     return LoadReport(tasks, errors)

@@ -2,15 +2,10 @@ import json
 
 import pytest
 
-from environments.curation.importers import (
-    ImportSourceError,
-    debian_release,
-    import_tasks,
-    read_tasks,
-    recipe,
-    swebench_specs,
-)
-from environments.images import EnvSpec
+from environments.base_image import release_for_python as debian_release
+from environments.curation.importers import ImportSourceError, import_tasks, read_tasks
+from environments.env_spec import EnvSpec
+from environments.swebench_specs import recipe, swebench_specs
 from environments.records import TaskInstance
 
 pytestmark = pytest.mark.unit
@@ -139,5 +134,24 @@ def test_unknown_inputs_fail_clearly(tmp_path):
 
 
 def test_debian_release_for_python_versions():
-    assert [debian_release(v) for v in ("3.6", "3.9", "3.10", "3.11", "3.12", "3.13", "x")] == \
-        ["bullseye", "bullseye", "bookworm", "bookworm", "trixie", "trixie", "bookworm"]
+    from environments.base_image import ImageBuildError
+
+    assert [debian_release(v) for v in ("3.5", "3.6", "3.9", "3.10", "3.11", "3.12", "3.13", "trixie")] == \
+        ["bullseye", "bullseye", "bullseye", "bookworm", "bookworm", "trixie", "trixie", "trixie"]
+    with pytest.raises(ImageBuildError, match="not a Python version"):
+        debian_release("x")
+
+
+def test_a_spec_for_a_python_no_release_ships_records_the_substitution(tmp_path):
+    """swebench's own spec for requests 0.13 asks for Python 3.9 (shipped: no note); one of
+    pydicom's asks for 3.6, built on bullseye's 3.9, and the record says so."""
+    path = tmp_path / "t.jsonl"
+    rows = [swebench_record(1, version="0.13"),
+            swebench_record(2, repo="pydicom/pydicom", instance_id="pydicom__pydicom-2", version="1.2")]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    shipped, substituted = import_tasks(str(path), "swe-bench").tasks
+    assert swebench_specs("psf/requests", "0.13")["python"] == "3.9" and "python_substitution" not in shipped.meta
+    wanted = swebench_specs("pydicom/pydicom", "1.2")["python"]
+    assert wanted == "3.6"
+    assert substituted.meta["python_substitution"] == {"wanted": "3.6", "built_with": "3.9", "release": "bullseye"}
+    assert substituted.meta["env_spec"]["python"] == "bullseye"

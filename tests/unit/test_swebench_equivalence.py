@@ -10,11 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-from swebench.harness.grading import get_eval_report
-from swebench.harness.test_spec import test_spec as swebench_spec  # not `TestSpec`: pytest would collect it
 
 from environments.grading import judge_swebench_log
 from environments.records import TaskInstance
+from tests.swebench_reference import swebench_verdict as reference_verdict
 
 pytestmark = pytest.mark.unit
 
@@ -25,15 +24,7 @@ PYTEST_REPOS = {"astropy/astropy", "pytest-dev/pytest", "psf/requests"}
 
 
 def swebench_verdict(instance: dict) -> dict:
-    spec = swebench_spec.TestSpec(
-        instance_id=instance["instance_id"], repo=instance["repo"], version=instance["version"],
-        repo_script_list=[], eval_script_list=[], env_script_list=[], arch="x86_64",
-        FAIL_TO_PASS=json.loads(instance["FAIL_TO_PASS"]), PASS_TO_PASS=json.loads(instance["PASS_TO_PASS"]),
-        language="py", docker_specs={}, namespace=None,
-    )
-    prediction = {"instance_id": instance["instance_id"], "model_name_or_path": "m", "model_patch": "diff"}
-    report = get_eval_report(spec, prediction, str(DATA / f"{instance['instance_id']}.log"), True)
-    return report[instance["instance_id"]]
+    return reference_verdict(instance, DATA / f"{instance['instance_id']}.log")
 
 
 def swerl_verdict(instance: dict, parser: str):
