@@ -144,7 +144,8 @@ def test_register_promote_and_record_every_decision(run_env, tmp_path, caplog):
     assert resolve_model(f"models:/{MODEL}/{v_base}") == resolve_model(ctx.cfg.rollout.model)
 
     # the run's report, rebuilt from the store
-    md = report(run_env.run_id, run_env.preset, run_env.overrides)
+    md, warning = report(run_env.run_id, run_env.preset, run_env.overrides)
+    assert warning == ""
     text = md.read_text()
     for label, r in reports.items():
         assert f"| {label} | {r['policy']} | {r['pass@1']:.3f} | {r['sem']:.3f} |" in text
