@@ -46,7 +46,7 @@ def default_stack_env(cfg: SwerlConfig, api_url: str | None = None, from_config:
     """The checkout's stack .env (`make up` writes it), unless `from_config` is asked for or the
     API named (`--api-url`, `orchestration.prefect_api_url`) is another server than the stack's:
     then the targets come from the config."""
-    env_file = PROJECT_DIR / ".env"
+    env_file = Path(os.environ.get("SWERL_ENV_FILE") or PROJECT_DIR / ".env")  # as infra/stack.sh picks it
     if from_config or not env_file.is_file():
         return None
     explicit = api_url or cfg.orchestration.prefect_api_url

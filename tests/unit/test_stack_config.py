@@ -129,6 +129,7 @@ def test_api_url_of_the_stack_keeps_the_stack_targets(tmp_path: Path, monkeypatc
     values = gen.ensure_env(tmp_path / ".env", {"SWERL_PREFECT_PORT": "14200", "SWERL_S3_PORT": "18333",
                                                 "SWERL_MLFLOW_PORT": "15000"})
     monkeypatch.setattr(deploy_mod, "PROJECT_DIR", tmp_path)
+    monkeypatch.delenv("SWERL_ENV_FILE", raising=False)
     cfg = load_config("smoke")
     for api in (None, "http://127.0.0.1:14200/api", "http://127.0.0.1:14200/api/"):
         env = default_stack_env(cfg, api)
