@@ -18,6 +18,7 @@ from swerl.config import SwerlConfig
 from tasks import registry_tasks as reg
 from tasks import stage_tasks as st
 from tasks.curate_tasks import curate_task
+from tasks.progress import FlowProgress
 from tasks.reports import final_report
 from tasks.run_context import RunRef, open_run
 from training.stages import dapo_plan
@@ -98,7 +99,11 @@ def _run_dapo(ref: RunRef, pool: list[dict[str, Any]], policy: str, cap: int | N
     name is appended to `checkpoints`. Returns the last policy."""
     logger = get_run_logger()
     rows, done = [], 0
-    for dapo_stage in dapo_plan(open_run(ref).ctx.cfg):
+    plan = dapo_plan(open_run(ref).ctx.cfg)
+    total = sum(p.cfg.iterations for p in plan)
+    progress = FlowProgress("swerl-dapo-progress", f"DAPO iterations of run {ref.run_id}",
+                            total if cap is None else min(cap, total))
+    for dapo_stage in plan:
         for it in range(dapo_stage.cfg.iterations):
             if cap is not None and done >= cap:
                 return policy
@@ -106,6 +111,7 @@ def _run_dapo(ref: RunRef, pool: list[dict[str, Any]], policy: str, cap: int | N
             if checkpoints is not None:
                 checkpoints.append(policy)
             done += 1
+            progress.step(policy)
             rows.append({"checkpoint": policy,
                          **{k: round(v, 4) for k, v in metrics.items() if k in DAPO_TABLE_KEYS}})
             logger.info("DAPO %s: %s", policy, rows[-1])

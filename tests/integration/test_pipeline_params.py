@@ -80,3 +80,24 @@ def test_calling_the_flow_with_a_wrong_type_fails_before_it_runs(prefect_api):
 
     with pytest.raises(ParameterTypeError, match="params.preset: Input should be 'cpu-demo'"):
         pipeline(params={"preset": "nope"})
+
+
+def test_progress_artifact_counts_steps(prefect_api):
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from tasks.progress import FlowProgress
+
+    @flow
+    def three_steps() -> None:
+        progress = FlowProgress("swerl-test-progress", "DAPO iterations of run r", 3)
+        for name in ("dapo-s1-0", "dapo-s1-1", "dapo-s1-2"):
+            progress.step(name)
+
+    three_steps()
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["swerl-test-progress"])))
+    assert [a.type for a in found] == ["progress"]
+    assert float(found[0].data) == 100.0
+    assert found[0].description == "DAPO iterations of run r: 3 of 3 (last: dapo-s1-2)"
