@@ -29,13 +29,15 @@ def pip_requirements() -> list[str]:
 
 
 @contextmanager
-def fluent_tracking(uri: str) -> Iterator[None]:
-    """The fluent API's tracking and registry URI for a block: `log_model` has no client
-    argument, and registering a `models:/m-...` source looks the LoggedModel up through it too.
-    MLflow mirrors both into the environment (for subprocesses): that is put back as it was."""
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
+def fluent_tracking(uri: str, experiment_id: str) -> Iterator[None]:
+    """The fluent API's tracking and registry URI and experiment for a block: `log_model` has no
+    client argument (and puts the LoggedModel in the fluent experiment, not its run's), and
+    registering a `models:/m-...` source looks the LoggedModel up through it too. MLflow mirrors
+    the URIs into the environment (for subprocesses): all of it is put back as it was."""
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "MLFLOW_EXPERIMENT_ID")}
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
+    os.environ["MLFLOW_EXPERIMENT_ID"] = experiment_id
     try:
         yield
     finally:

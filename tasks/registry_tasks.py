@@ -92,7 +92,7 @@ def register_version(t: TrackedRun, policy: str, report: dict[str, Any]) -> str:
     t.tracker.flush(timeout=t.tracker.retry_s)  # the LoggedModel copies the run's metrics: send them first
     from tasks.mlflow_models import fluent_tracking
 
-    with fluent_tracking(t.tracker.tracking_uri):
+    with fluent_tracking(t.tracker.tracking_uri, t.tracker.experiment_id):
         model = _log_model(t, policy, report, eval_run, tags)
         version = t.registry.register_model(model.model_uri, run_id=eval_run, tags=tags, model_id=model.model_id)
     log.info("registry: %s -> %s version %s (pass@1 %.3f ± %.3f; MLflow model %s)", policy, name, version,

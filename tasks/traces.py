@@ -108,15 +108,20 @@ def log_episode_trace(client: Any, experiment_id: str, run_id: str, label: str, 
 
 
 def log_evaluation_traces(t: TrackedRun, label: str, max_traces: int = MAX_TRACES) -> dict[str, float]:
-    """Trace a sample of evaluation `label`'s episodes into its MLflow run; returns how many and
-    how long it took. A tracing failure is logged and never fails the evaluation."""
+    """Trace a sample of evaluation `label`'s episodes into its MLflow run, once (a resumed run
+    finds them there); returns how many and how long it took. A tracing failure is logged and
+    never fails the evaluation."""
     t0 = time.monotonic()
     episodes = sample_episodes(stored_trajectories(t.ctx, f"eval-{label}/"), max_traces, t.ctx.cfg.seed)
     run_id = t.child(f"eval-{label}")
     tags = {"swerl.run_id": t.ctx.run_id, "swerl.eval_label": label}
     done = 0
     try:
-        with fluent_tracking(t.tracker.tracking_uri):
+        with fluent_tracking(t.tracker.tracking_uri, t.tracker.experiment_id):
+            if t.tracker.client.search_traces(locations=[t.tracker.experiment_id], run_id=run_id, max_results=1,
+                                              include_spans=False):
+                log.info("traces of evaluation %s: already logged (a resumed run)", label)
+                return {"traces": 0.0, "trace_log_s": time.monotonic() - t0}
             for e in episodes:
                 log_episode_trace(t.tracker.client, t.tracker.experiment_id, run_id, label, e,
                                   {**tags, "swerl.policy": e.policy_version})

@@ -312,13 +312,15 @@ def test_champion_is_an_mlflow_model_a_fresh_process_loads(run_env, tmp_path):
     model_id = mv.source.removeprefix("models:/")
     logged = client.get_logged_model(model_id)
     assert logged.source_run_id == mv.run_id and logged.params["policy"] == "rft-0"
+    assert logged.experiment_id == t.tracker.experiment_id, "in the run's experiment, not Default"
+    assert logged.artifact_location.startswith(t.ctx.store.url("mlflow")), "its weights are in the store"
     assert logged.tags["swerl.checkpoint_key"] == t.ctx.key("checkpoints", "rft-0")
     assert "transformers" in mlflow_flavors(client, model_id, tmp_path)
 
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    assert "MLFLOW_TRACKING_URI" not in env and "MLFLOW_REGISTRY_URI" not in env, "registration left no global"
+    assert not {"MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "MLFLOW_EXPERIMENT_ID"} & set(env), "no global left"
     out = subprocess.run([sys.executable, "-c", FRESH_PROCESS, t.tracker.tracking_uri], cwd=cwd, env=env,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]

@@ -47,6 +47,8 @@ def test_each_episode_is_a_trace_with_its_turns_and_grade(tmp_path, monkeypatch)
     out = log_evaluation_traces(t, "rft", max_traces=4)
     assert out["traces"] == 4
     print(f"4 traces logged in {out['trace_log_s']:.2f}s")
+    assert log_evaluation_traces(t, "rft", max_traces=4)["traces"] == 0, "a resume logs them once"
+    assert "MLFLOW_EXPERIMENT_ID" not in __import__("os").environ
 
     client = MlflowClient(tracking_uri=t.tracker.tracking_uri)
     traces = client.search_traces(locations=[t.tracker.experiment_id], max_results=50)
