@@ -101,3 +101,44 @@ def test_progress_artifact_counts_steps(prefect_api):
     assert [a.type for a in found] == ["progress"]
     assert float(found[0].data) == 100.0
     assert found[0].description == "DAPO iterations of run r: 3 of 3 (last: dapo-s1-2)"
+
+
+def test_readme_deploy_command_targets_the_stack(prefect_api, tmp_path):
+    """`swerl deploy --api-url http://127.0.0.1:PORT/api` with a stack's .env (here: one whose
+    Prefect port is this test's server): every deployment's runs go to the stack's S3 bucket and
+    MLflow server, not to the config's file:// store and SQLite file."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+    from urllib.parse import urlparse
+
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    root = Path(__file__).resolve().parents[2]
+    api = PREFECT_API_URL.value()
+    spec = importlib.util.spec_from_file_location("gen_env", root / "infra" / "gen_env.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    env_file = tmp_path / ".env"
+    values = gen.ensure_env(env_file, {"SWERL_PREFECT_PORT": str(urlparse(api).port), "SWERL_S3_PORT": "18333",
+                                       "SWERL_MLFLOW_PORT": "15000"})
+    env = {**os.environ, "SWERL_ENV_FILE": str(env_file), "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, "-m", "flows.cli", "deploy", "--preset", "smoke", "--api-url", api],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    assert "pipeline/pipeline" in out.stdout
+    stack = [f"storage.uri=s3://{values['SWERL_S3_BUCKET']}/store", "storage.s3_endpoint_url=http://127.0.0.1:18333",
+             "tracking.uri=http://127.0.0.1:15000"]
+    with get_client(sync_client=True) as client:
+        for d in client.read_deployments():
+            params = d.parameters["params"] if d.name == "pipeline" else d.parameters
+            assert params["overrides"][:3] == stack, (d.name, params)
+
+    # without a stack, the config's local defaults are refused, naming what to set
+    env.pop("SWERL_ENV_FILE")
+    out = subprocess.run([sys.executable, "-m", "flows.cli", "deploy", "--preset", "smoke", "--api-url", api,
+                          "--from-config"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "deployed runs would keep their results on each worker's disk" in out.stderr
+    assert "Traceback" not in out.stderr
