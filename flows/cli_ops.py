@@ -101,8 +101,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from flows.deploy import DeployError, default_stack_env, deploy, describe, resolve_targets
 
     cfg = load_cli_config(args)
-    stack_env = default_stack_env(cfg, args.api_url)
     try:
+        stack_env = default_stack_env(cfg, args.api_url, args.from_config)
         names = deploy(cfg, args.api_url, stack_env=stack_env)
     except DeployError as e:
         print(f"swerl deploy: {e}", file=sys.stderr)
@@ -115,4 +115,6 @@ def add_deploy(sub: SubParsers) -> None:
     p = sub.add_parser("deploy", help="create work pools, concurrency limits and deployments on a Prefect API")
     add_config_args(p)
     p.add_argument("--api-url", help="Prefect API (default: the stack's .env, else orchestration.prefect_api_url)")
+    p.add_argument("--from-config", action="store_true",
+                   help="take the store, MLflow and pools from the config, not from the stack's .env")
     p.set_defaults(func=cmd_deploy)

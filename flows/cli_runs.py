@@ -4,9 +4,10 @@ promote, report. Each `add_*` declares one command's arguments next to its handl
 from __future__ import annotations
 
 import argparse
+import sys
 
 from flows.cli_common import SubParsers, add_config_args, add_run_args, flow_kwargs, load_cli_config, where
-from swerl.config import SwerlConfig
+from swerl.config import SwerlConfig, load_config
 
 
 def _context(cfg: SwerlConfig, run_id: str | None):
@@ -20,6 +21,27 @@ def _print_summary(title: str, summary: dict) -> None:
     print(f"\n{title}")
     for k, v in summary.items():
         print(f"  {k:<22} {v:.4g}" if isinstance(v, float) else f"  {k:<22} {v}")
+
+
+def _add_run_target(p: argparse.ArgumentParser) -> None:
+    """--preset, --set, --run/--run-id, --fresh for a command pointed at a run: with a run and
+    no --preset, the run's stored config is used (`tasks.run_config`)."""
+    add_config_args(p, None)
+    p.add_argument("--run", "--run-id", dest="run_id", metavar="RUN_ID",
+                   help="the run (default: the one the preset's resolved config names)")
+    p.add_argument("--fresh", action="store_true", help="start a new run instead of resuming")
+
+
+def _run_config(args: argparse.Namespace) -> SwerlConfig:
+    """The config a command pointed at a run works with (the run's own unless --preset names
+    another, which wins with a warning); sets `args.preset` to what the flow is to load."""
+    from tasks.run_config import choose_preset
+
+    choice = choose_preset(args.run_id, args.preset, list(args.set))
+    if choice.warning:
+        print(f"swerl: warning: {choice.warning}", file=sys.stderr)
+    args.preset = None if choice.from_run else choice.preset
+    return load_config(choice.preset, list(args.set))
 
 
 # ---------------------------------------------------------------- rollout
@@ -59,10 +81,17 @@ def add_rollout(sub: SubParsers) -> None:
 def cmd_pipeline(args: argparse.Namespace) -> int:
     import json
 
+    from pathlib import Path
+
     from flows.pipeline import pipeline
+    from flows.run_params import PipelineParams
 
     load_cli_config(args)  # fail on a bad config before Prefect starts
-    result = pipeline(**flow_kwargs(args))
+    kw = flow_kwargs(args)
+    named = Path(args.preset).suffix not in (".yaml", ".yml")
+    params = PipelineParams(preset=args.preset if named else "cpu-demo", config_file=None if named else args.preset,
+                            overrides=kw["overrides"], run_id=kw["run_id"])
+    result = pipeline(params=params)
     print(json.dumps(result, indent=2, default=str))
     return 0
 
@@ -114,7 +143,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.runs:
         sets.append(f"eval.runs={args.runs}")
     args.set = sets
-    cfg = load_cli_config(args)
+    cfg = _run_config(args)
     report = evaluate(**flow_kwargs(args), policy=args.model, label=args.label)
     print("\n" + eval_text(report, cfg.eval.k))
     ctx = _context(cfg, report["run_id"])
@@ -124,7 +153,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print("  predictions                " + "\n                             ".join(preds))
     # the overrides that change a verdict or where files are
     same = "".join(f" --set {s}" for s in args.set if s.startswith(("environment.", "storage.")))
-    print(f"  re-grade a run: swerl grade --preset {args.preset}{same} --tasks {eval_tasks_location(ctx)} "
+    print(f"  re-grade a run: swerl grade --preset {cfg.preset}{same} --tasks {eval_tasks_location(ctx)} "
           f"--predictions {preds[0]}")
     return 0
 
@@ -142,7 +171,7 @@ def eval_tasks_location(ctx) -> str:
 
 def add_evaluate(sub: SubParsers) -> None:
     p = sub.add_parser("evaluate", help="Pass@1 +- SEM and Pass@k of a model on an eval set")
-    add_run_args(p)
+    _add_run_target(p)
     p.add_argument("--model", default="base",
                    help="base, a checkpoint of the run, a local path, a store key or models:/swerl-agent@champion")
     p.add_argument("--tasks", help="eval tasks.jsonl (default: the preset's eval set)")
@@ -157,7 +186,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
     from flows.registry_flows import promote
 
-    load_cli_config(args)
+    _run_config(args)
     print(json.dumps(promote(**flow_kwargs(args), version=args.version, manual=args.manual, note=args.note),
                      indent=2, default=str))
     return 0
@@ -165,7 +194,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 def add_promote(sub: SubParsers) -> None:
     p = sub.add_parser("promote", help="challenger -> champion if significantly better (paired test)")
-    add_run_args(p)
+    _add_run_target(p)
     p.add_argument("--version", help="registered version (default: the run's newest)")
     p.add_argument("--manual", action="store_true", help="promote regardless of the test (recorded as manual)")
     p.add_argument("--note", default="", help="why, for the record")
@@ -175,12 +204,15 @@ def add_promote(sub: SubParsers) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from flows.registry_flows import report
 
-    print(report(args.run_id, args.preset, list(args.set)))
+    path, warning = report(args.run_id, args.preset, list(args.set))
+    if warning:
+        print(f"swerl: warning: {warning}", file=sys.stderr)
+    print(path)
     return 0
 
 
 def add_report(sub: SubParsers) -> None:
     p = sub.add_parser("report", help="rebuild a run's report (Markdown, PNG, report.json) from the store")
     p.add_argument("run_id")
-    add_config_args(p)
+    add_config_args(p, None)
     p.set_defaults(func=cmd_report)

@@ -6,9 +6,11 @@ limits (`gpu`: task runs holding the policy model; `sandbox`: task runs driving 
 the zombie automation. Everything is an upsert: deploying twice changes nothing.
 
 prefect.yaml's {{ $VAR }} placeholders (where runs go and keep their results) come from one of
-two sources, never mixed: the local stack's generated .env (`stack_env`), or else the config
-(`orchestration.*`, `storage.*`, `tracking.uri`). The preset and the tag limits always come from
-the config.
+two sources, never mixed: the local stack's generated .env (`stack_env`: whenever `make up` wrote
+one and no other API is named), or else the config (`orchestration.*`, `storage.*`,
+`tracking.uri`), which must then name a shared store and an MLflow server: a deployed run writing
+to a worker's `file://` store or SQLite file is refused at deploy time. The preset and the tag
+limits always come from the config.
 """
 
 from __future__ import annotations
@@ -40,11 +42,28 @@ class DeployError(RuntimeError):
     """The deployments could not be applied; the message says what to do."""
 
 
-def default_stack_env(cfg: SwerlConfig, api_url: str | None = None) -> Path | None:
-    """The checkout's stack .env, unless an API was named explicitly (then: config mode)."""
-    env_file = PROJECT_DIR / ".env"
+def default_stack_env(cfg: SwerlConfig, api_url: str | None = None, from_config: bool = False) -> Path | None:
+    """The checkout's stack .env (`make up` writes it), unless `from_config` is asked for or the
+    API named (`--api-url`, `orchestration.prefect_api_url`) is another server than the stack's:
+    then the targets come from the config."""
+    env_file = Path(os.environ.get("SWERL_ENV_FILE") or PROJECT_DIR / ".env")  # as infra/stack.sh picks it
+    if from_config or not env_file.is_file():
+        return None
     explicit = api_url or cfg.orchestration.prefect_api_url
-    return env_file if env_file.is_file() and not explicit else None
+    if explicit and explicit.rstrip("/") != stack_targets(env_file)["PREFECT_API_URL"]:
+        return None
+    return env_file
+
+
+def local_targets(targets: dict[str, str]) -> list[str]:
+    """Targets a worker would resolve on its own disk: a deployed run writing there is lost to
+    everyone else (and to the next worker that resumes it)."""
+    out = []
+    if targets["SWERL_STORAGE_URI"].startswith("file://") or "://" not in targets["SWERL_STORAGE_URI"]:
+        out.append(f"storage.uri={targets['SWERL_STORAGE_URI']}")
+    if not targets["SWERL_TRACKING_URI"].startswith(("http://", "https://", "databricks")):
+        out.append(f"tracking.uri={targets['SWERL_TRACKING_URI']}")
+    return out
 
 
 def stack_targets(env_file: Path) -> dict[str, str]:
@@ -89,6 +108,11 @@ def resolve_targets(cfg: SwerlConfig, api_url: str | None, stack_env: Path | Non
     if not url:
         raise DeployError("no Prefect API to deploy to: start the stack (`make up`), or pass "
                           "--api-url, or set PREFECT_API_URL or orchestration.prefect_api_url")
+    local = local_targets(targets)
+    if local:
+        raise DeployError(f"deployed runs would keep their results on each worker's disk ({', '.join(local)}): "
+                          "start the stack (`make up`) and deploy to it, or set storage.uri=s3://... and "
+                          "tracking.uri=http://... (an MLflow server) with --set")
     return {**targets, "PREFECT_API_URL": url.rstrip("/"), "SWERL_PRESET": cfg.preset}
 
 

@@ -13,10 +13,12 @@ from typing import Any
 from prefect import Task, flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from flows.run_params import PipelineParams
 from swerl.config import SwerlConfig
 from tasks import registry_tasks as reg
 from tasks import stage_tasks as st
 from tasks.curate_tasks import curate_task
+from tasks.progress import FlowProgress
 from tasks.reports import final_report
 from tasks.run_context import RunRef, open_run
 from training.stages import dapo_plan
@@ -26,10 +28,15 @@ DAPO_TABLE_KEYS = ("reward_mean", "resolved_rate", "problems", "groups_kept", "g
                    "clip_frac_high", "mismatch/kl_k3", "mean_turns")
 
 
-def _ref(preset: str, overrides: list[str] | None, run_id: str | None) -> RunRef:
+def _ref(preset: str | None, overrides: list[str] | None, run_id: str | None) -> RunRef:
+    """The run a flow works on: run `run_id` with the config it stored (an explicit preset
+    wins, with a warning), else the preset's (smoke when none is named)."""
     logging.getLogger("training").setLevel(logging.INFO)
     logging.getLogger("environments").setLevel(logging.INFO)
-    return RunRef.create(preset, overrides, run_id)
+    ref, warning = RunRef.for_run(run_id, preset, overrides)
+    if warning:
+        get_run_logger().warning(warning)
+    return ref
 
 
 def _run(task: Task, ref: RunRef, *args: Any, **kwargs: Any) -> Any:
@@ -45,10 +52,12 @@ def _eval_table(reports: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @flow(name="evaluate", log_prints=True)
-def evaluate(preset: str = "smoke", overrides: list[str] = [], run_id: str | None = None,  # noqa: B006
+def evaluate(preset: str | None = None, overrides: list[str] = [], run_id: str | None = None,  # noqa: B006
              policy: str = "base", label: str | None = None) -> dict[str, Any]:
-    """Evaluate one policy of a run (`base` or a checkpoint name) on the eval set."""
+    """Evaluate one policy of a run (`base` or a checkpoint name) on the eval set; `preset`
+    defaults to the run's own (its stored config), else smoke."""
     ref = _ref(preset, overrides, run_id)
+    open_run(ref).remember_config(overwrite=False)
     eval_tasks = _run(st.load_tasks, ref, "eval")
     report = _run(st.evaluate, ref, label or policy, policy, eval_tasks)
     create_table_artifact(_eval_table({label or policy: report}), key="swerl-eval",
@@ -57,26 +66,29 @@ def evaluate(preset: str = "smoke", overrides: list[str] = [], run_id: str | Non
 
 
 @flow(name="difficulty-filter", log_prints=True)
-def difficulty_filter(preset: str = "smoke", overrides: list[str] = [], run_id: str | None = None,  # noqa: B006
+def difficulty_filter(preset: str | None = None, overrides: list[str] = [], run_id: str | None = None,  # noqa: B006
                       ) -> list[str]:
     ref = _ref(preset, overrides, run_id)
+    open_run(ref).remember_config(overwrite=False)
     train = _run(st.load_tasks, ref, "train")
     kept = _run(st.difficulty_filter, ref, train)
     return [t["instance_id"] for t in kept]
 
 
 @flow(name="rft", log_prints=True)
-def rft(preset: str = "smoke", overrides: list[str] = [], run_id: str | None = None) -> str:  # noqa: B006
+def rft(preset: str | None = None, overrides: list[str] = [], run_id: str | None = None) -> str:  # noqa: B006
     ref = _ref(preset, overrides, run_id)
+    open_run(ref).remember_config(overwrite=False)
     train = _run(st.load_tasks, ref, "train")
     return _run(st.rft, ref, train)
 
 
 @flow(name="dapo", log_prints=True)
-def dapo(preset: str = "smoke", overrides: list[str] = [], run_id: str | None = None,  # noqa: B006
+def dapo(preset: str | None = None, overrides: list[str] = [], run_id: str | None = None,  # noqa: B006
          policy: str = "base", iterations: int | None = None) -> str:
     """DAPO stages from `policy`; `iterations` caps the total number of iterations run."""
     ref = _ref(preset, overrides, run_id)
+    open_run(ref).remember_config(overwrite=False)
     train = _run(st.load_tasks, ref, "train")
     return _run_dapo(ref, train, policy, iterations)
 
@@ -87,7 +99,11 @@ def _run_dapo(ref: RunRef, pool: list[dict[str, Any]], policy: str, cap: int | N
     name is appended to `checkpoints`. Returns the last policy."""
     logger = get_run_logger()
     rows, done = [], 0
-    for dapo_stage in dapo_plan(open_run(ref).ctx.cfg):
+    plan = dapo_plan(open_run(ref).ctx.cfg)
+    total = sum(p.cfg.iterations for p in plan)
+    progress = FlowProgress("swerl-dapo-progress", f"DAPO iterations of run {ref.run_id}",
+                            total if cap is None else min(cap, total))
+    for dapo_stage in plan:
         for it in range(dapo_stage.cfg.iterations):
             if cap is not None and done >= cap:
                 return policy
@@ -95,6 +111,7 @@ def _run_dapo(ref: RunRef, pool: list[dict[str, Any]], policy: str, cap: int | N
             if checkpoints is not None:
                 checkpoints.append(policy)
             done += 1
+            progress.step(policy)
             rows.append({"checkpoint": policy,
                          **{k: round(v, 4) for k, v in metrics.items() if k in DAPO_TABLE_KEYS}})
             logger.info("DAPO %s: %s", policy, rows[-1])
@@ -145,15 +162,17 @@ def _register_and_promote(ref: RunRef, cfg: SwerlConfig, policy: str, report: di
     return version, decision
 
 
-@flow(name="pipeline", log_prints=True)
-def pipeline(preset: str = "smoke", overrides: list[str] = [], run_id: str | None = None,  # noqa: B006
-             ) -> dict[str, Any]:
+@flow(name="pipeline", log_prints=True, validate_parameters=True)
+def pipeline(params: PipelineParams = PipelineParams()) -> dict[str, Any]:  # noqa: B008
     """curate -> base eval -> difficulty filter -> RFT -> eval -> DAPO -> eval -> register/promote."""
-    ref = _ref(preset, overrides, run_id)
+    logging.getLogger("training").setLevel(logging.INFO)
+    logging.getLogger("environments").setLevel(logging.INFO)
+    ref = RunRef.create(params.base, params.all_overrides(), params.run_id)
     t = open_run(ref)
     cfg = t.ctx.cfg
-    get_run_logger().info("run %s (preset %s): store %s", ref.run_id, preset, t.ctx.store.url(t.ctx.key()))
+    get_run_logger().info("run %s (preset %s): store %s", ref.run_id, cfg.preset, t.ctx.store.url(t.ctx.key()))
     parent = t.parent()
+    t.remember_config(overwrite=True)
     create_markdown_artifact(f"MLflow parent run `{parent}` (experiment `{cfg.experiment_name}`), "
                              f"store `{t.ctx.store.url(t.ctx.key())}`", key="swerl-run")
     if not (cfg.data.tasks_file and cfg.data.eval_tasks_file):

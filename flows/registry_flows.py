@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prefect import flow
+from prefect import flow, get_run_logger
 
 from tasks import registry_tasks as reg
 from tasks.reports import build_run_report, stored_evals
@@ -17,15 +17,18 @@ from tasks.run_context import RunRef, open_run
 
 
 @flow(name="promote", log_prints=True)
-def promote(preset: str = "smoke", overrides: list[str] = [], run_id: str | None = None,  # noqa: B006
+def promote(preset: str | None = None, overrides: list[str] = [], run_id: str | None = None,  # noqa: B006
             version: str | None = None, manual: bool = False, note: str = "") -> dict[str, Any]:
     """Promote a registered version to champion if the paired test says it is better.
 
     `version` defaults to the newest version the run registered. `manual` promotes regardless
     (the comparison is still computed and recorded, and the version is tagged as a manual
-    decision); `note` is appended to the recorded reason (who, why).
+    decision); `note` is appended to the recorded reason (who, why). `preset` defaults to the
+    run's own (its stored config).
     """
-    ref = RunRef.create(preset, overrides, run_id)
+    ref, warning = RunRef.for_run(run_id, preset, overrides)
+    if warning:
+        get_run_logger().warning(warning)
     t = open_run(ref)
     if version is None:
         version = reg.latest_version(t, ref.run_id)
@@ -37,12 +40,14 @@ def promote(preset: str = "smoke", overrides: list[str] = [], run_id: str | None
     return result
 
 
-def report(run_id: str, preset: str = "smoke", overrides: list[str] | None = None) -> Path:
-    """Rebuild run `run_id`'s report (and each evaluation's) from the store; returns report.md."""
-    t = open_run(RunRef(preset=preset, overrides=list(overrides or []), run_id=run_id))
+def report(run_id: str, preset: str | None = None, overrides: list[str] | None = None) -> tuple[Path, str]:
+    """Rebuild run `run_id`'s report (and each evaluation's) from the store with the run's own
+    config (`preset` wins over it); returns report.md and a warning for the user (or "")."""
+    ref, warning = RunRef.for_run(run_id, preset, overrides)
+    t = open_run(ref)
     evals = stored_evals(t)
     if not evals:
         raise FileNotFoundError(f"run {run_id} has no evaluation in {t.ctx.store.url(t.ctx.key('eval'))}")
     path = build_run_report(t, evals)
     t.tracker.flush(timeout=t.tracker.retry_s)
-    return path
+    return path, warning

@@ -32,8 +32,9 @@ class ModelRegistry:
         return call_with_retry(what, fn, self.tracking_uri, self.retry_s)
 
     def register_model(self, source_uri: str, run_id: str | None = None,
-                       tags: Mapping[str, Any] | None = None) -> str:
-        """A new version of `cfg.tracking.registered_model` pointing at `source_uri`."""
+                       tags: Mapping[str, Any] | None = None, model_id: str | None = None) -> str:
+        """A new version of `cfg.tracking.registered_model` pointing at `source_uri` (with
+        `model_id`, the LoggedModel it is a version of)."""
 
         def create_model() -> None:
             try:
@@ -45,7 +46,7 @@ class ModelRegistry:
         self._call(f"create registered model {self.model_name}", create_model)
         str_tags = {k: str(v) for k, v in (tags or {}).items()}
         version = self._call(f"register {source_uri}", lambda: self.client.create_model_version(
-            self.model_name, source_uri, run_id=run_id, tags=str_tags))
+            self.model_name, source_uri, run_id=run_id, tags=str_tags, model_id=model_id))
         return str(version.version)
 
     def set_alias(self, name: str, alias: str, version: str | int) -> None:

@@ -21,6 +21,7 @@ from prefect import task
 from tasks.retry import RETRYABLE_TASK
 from tasks.run_context import RunRef, TrackedRun, open_run
 from training.promotion import Decision, decide
+from training.run import safe_name
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +73,10 @@ def register_version(t: TrackedRun, policy: str, report: dict[str, Any]) -> str:
     """A version for `policy`, tagged with its evaluation; the same evaluation of the same policy
     registers once (a run resumed with more DAPO iterations has a new "dapo" policy to register).
 
-    MLflow's `source` is a small pointer artifact in the evaluation's MLflow run (an MLflow
-    server refuses local paths as sources); the checkpoint itself stays in the store, named by
-    the `swerl.checkpoint_key` tag that `tasks.model_uri` resolves.
+    The version is a real MLflow model (`tasks.mlflow_models`: the transformers flavor, logged
+    from the checkpoint directory into the evaluation's MLflow run); its tags also name the
+    checkpoint in the store (`swerl.checkpoint_key`), which `tasks.model_uri` resolves without
+    downloading MLflow's copy.
     """
     ctx, name = t.ctx, t.registry.model_name
     label = report["label"]
@@ -86,17 +88,28 @@ def register_version(t: TrackedRun, policy: str, report: dict[str, Any]) -> str:
     key = _checkpoint_key(t, policy)
     eval_run = t.child(f"eval-{label}")
     report_key = ctx.key("eval", label, "report.json")
-    pointer = {"policy": policy, "run_id": ctx.run_id, "checkpoint_key": key,
-               "checkpoint": ctx.store.url(key) if key else None,
-               "base_model": ctx.cfg.rollout.model if key is None else None,
-               "manifest_hash": ctx.store.dir_manifest(key)["hash"] if key else None,
-               "report": ctx.store.url(report_key)}
-    t.tracker.log_dict(pointer, "checkpoint/swerl-checkpoint.json", run_id=eval_run)
     tags = _version_tags(t, policy, report, key, report_key)
-    version = t.registry.register_model(f"runs:/{eval_run}/checkpoint", run_id=eval_run, tags=tags)
-    log.info("registry: %s -> %s version %s (pass@1 %.3f ± %.3f)", policy, name, version,
-             report["pass@1"], report["sem"])
+    t.tracker.flush(timeout=t.tracker.retry_s)  # the LoggedModel copies the run's metrics: send them first
+    from tasks.mlflow_models import fluent_tracking
+
+    with fluent_tracking(t.tracker.tracking_uri, t.tracker.experiment_id):
+        model = _log_model(t, policy, report, eval_run, tags)
+        version = t.registry.register_model(model.model_uri, run_id=eval_run, tags=tags, model_id=model.model_id)
+    log.info("registry: %s -> %s version %s (pass@1 %.3f ± %.3f; MLflow model %s)", policy, name, version,
+             report["pass@1"], report["sem"], model.model_uri)
     return str(version)
+
+
+def _log_model(t: TrackedRun, policy: str, report: dict[str, Any], eval_run: str, tags: dict[str, str]) -> Any:
+    """`policy`'s weights as an MLflow transformers model of the evaluation's run, from the local
+    directory the evaluation loaded (base: the cached base model)."""
+    from tasks.mlflow_models import log_checkpoint_model
+    from training.run import model_dir
+
+    local = model_dir(t.ctx, policy)
+    params = {"policy": policy, "run_id": t.ctx.run_id, "eval_label": report["label"],
+              "pass1": f"{report['pass@1']:.6f}", "sem": f"{report['sem']:.6f}"}
+    return log_checkpoint_model(eval_run, local, f"swerl-{safe_name(policy)}", params, tags)
 
 
 # ---------------------------------------------------------------- promote

@@ -19,6 +19,7 @@ from swerl.config import flat_params, load_config
 from swerl.store import open_store
 from tasks.model_uri import install as install_models_uri
 from tasks.registry import ModelRegistry
+from tasks.run_config import CONFIG_FILE, choose_preset, save_run_config
 from tasks.tracking import Tracker
 from training.run import RunContext, default_run_id
 
@@ -34,6 +35,14 @@ class RunRef(BaseModel):
     def create(cls, preset: str, overrides: list[str] | None, run_id: str | None) -> "RunRef":
         cfg = load_config(preset, overrides or [])
         return cls(preset=preset, overrides=list(overrides or []), run_id=run_id or default_run_id(cfg))
+
+    @classmethod
+    def for_run(cls, run_id: str | None, preset: str | None, overrides: list[str] | None,
+                default: str = "smoke") -> tuple["RunRef", str]:
+        """The ref of run `run_id` with the config it stored (`--preset` wins over it); with no
+        run id, the preset's (`default` when none is named). Returns a warning, or ""."""
+        choice = choose_preset(run_id, preset, list(overrides or []), default)
+        return cls.create(choice.preset, overrides, run_id), choice.warning
 
 
 @dataclass
@@ -81,6 +90,16 @@ class TrackedRun:
                 self.mlflow_runs[stage] = rid
                 self.ctx.store.put_json(self._runs_key, self.mlflow_runs)
             return self.mlflow_runs[stage]
+
+    def remember_config(self, overwrite: bool = True) -> bool:
+        """Keep the run's resolved config in the store and in its MLflow parent run, so commands
+        pointed at the run later rebuild it (`tasks.run_config`). `overwrite`: the config this
+        process runs with is the run's now (a training flow); off for commands that only read
+        a run (an evaluation with other overrides must not rename what the run was)."""
+        text = save_run_config(self.ctx.store, self.ctx.run_id, self.ctx.cfg, overwrite)
+        if text is not None:
+            self.tracker.log_text(text, CONFIG_FILE, run_id=self.parent())
+        return text is not None
 
     def finish(self, status: str = "FINISHED") -> None:
         """End every MLflow run of this pipeline run and flush what is buffered."""

@@ -17,6 +17,7 @@ from environments.records import TaskInstance
 from tasks.reports import publish_evaluation
 from tasks.retry import RETRYABLE_TASK
 from tasks.run_context import RunRef, open_run, timed
+from tasks.traces import log_evaluation_traces
 from training import data, stages
 from training.run import tasks_hash
 
@@ -44,6 +45,7 @@ def evaluate(ref: RunRef, label: str, policy: str, eval_tasks: list[dict[str, An
     with timed(ref, f"eval-{label}"):
         report = stages.evaluate(open_run(ref).ctx, label, policy, _tasks(eval_tasks))
         publish_evaluation(open_run(ref), report["label"])
+        log_evaluation_traces(open_run(ref), report["label"])
         return report
 
 

@@ -261,6 +261,11 @@ class Tracker:
         self._call_or_drop("artifacts", f"log dict {artifact_file}",
                            lambda: self.client.log_dict(run_id, obj, artifact_file))
 
+    def log_text(self, text: str, artifact_file: str, run_id: str | None = None) -> None:
+        run_id = self._run_id(run_id)
+        self._call_or_drop("artifacts", f"log text {artifact_file}",
+                           lambda: self.client.log_text(run_id, text, artifact_file))
+
     def log_dataset_input(self, name: str, digest: str, source_uri: str, n_rows: int,
                           context: str = "train", run_id: str | None = None) -> None:
         """Record which dataset version a run consumed (MLflow keeps only 36 digest chars; the

@@ -49,3 +49,18 @@ def versioned_checkpoint(default_model_dir: Path, tmp_path: Path) -> Path:
             (ckpt / f.name).symlink_to(f)
     (ckpt / "swerl.json").write_text(json.dumps({"version": "test-v1"}))
     return ckpt
+
+
+def tiny_model(dest: Path) -> Path:
+    """A randomly initialised 2-layer model of SmolLM2's architecture with its real tokenizer
+    (12 MB, saved in a second): a real HF checkpoint for tests of what handles checkpoints."""
+    from swerl.model_cache import ensure_default_model
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    default = ensure_default_model(progress=lambda msg: None)
+    config = AutoConfig.from_pretrained(default)
+    config.update({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16})
+    AutoModelForCausalLM.from_config(config).save_pretrained(dest)
+    AutoTokenizer.from_pretrained(default).save_pretrained(dest)
+    return dest

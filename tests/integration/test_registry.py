@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -20,6 +21,7 @@ from environments.records import TaskInstance
 from swerl.store import open_store
 from tasks import registry_tasks as reg
 from tasks.run_context import RunRef, open_run
+from tests.conftest_model import tiny_model
 from training.evaluation import summarize
 from training.rollout import TrajectorySink
 from training.run import RunContext
@@ -31,12 +33,19 @@ N_TASKS, RUNS = 12, 3
 MODEL = "swerl-agent"
 
 
+def _tiny(tmp_path: Path) -> Path:
+    """One tiny real model per test (tests.conftest_model.tiny_model)."""
+    d = tmp_path / "tiny-model"
+    return d if d.is_dir() else tiny_model(d)
+
+
 @pytest.fixture
 def run_env(tmp_path, monkeypatch):
-    """Preset + overrides pointing everything at tmp_path, and a fresh run id."""
+    """Preset + overrides pointing everything at tmp_path (the base model a tiny real one), and
+    a fresh run id."""
     monkeypatch.setenv("SWERL_STATE", str(tmp_path / "state"))
     overrides = [f"storage.uri=file://{tmp_path}/store", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-                 "tracking.retry_s=5", "storage.retry_s=5"]
+                 "tracking.retry_s=5", "storage.retry_s=5", f"rollout.model={_tiny(tmp_path)}"]
     ref = RunRef(preset="smoke", overrides=overrides, run_id=f"reg-{uuid.uuid4().hex[:8]}")
     yield ref
     t = open_run(ref)
@@ -69,9 +78,9 @@ def plant_eval(ctx: RunContext, label: str, policy: str, solved: dict[str, int],
 
 
 def plant_checkpoint(ctx: RunContext, name: str, tmp_path: Path) -> None:
+    """A sealed checkpoint `name`: a tiny real HF model (registered versions are MLflow models)."""
     d = tmp_path / "ckpt" / name
-    d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps({"name": name}))
+    shutil.copytree(_tiny(tmp_path), d)
     metrics = {"reward_mean_all": 0.25, "resolved_rate": 0.5, "format_error_rate": 0.125, "mean_turns": 3.0}
     (d / "swerl.json").write_text(json.dumps({"version": name, "metrics": metrics}))
     ctx.store.put_dir(d, ctx.key("checkpoints", name))
@@ -144,7 +153,8 @@ def test_register_promote_and_record_every_decision(run_env, tmp_path, caplog):
     assert resolve_model(f"models:/{MODEL}/{v_base}") == resolve_model(ctx.cfg.rollout.model)
 
     # the run's report, rebuilt from the store
-    md = report(run_env.run_id, run_env.preset, run_env.overrides)
+    md, warning = report(run_env.run_id, run_env.preset, run_env.overrides)
+    assert warning == ""
     text = md.read_text()
     for label, r in reports.items():
         assert f"| {label} | {r['policy']} | {r['pass@1']:.3f} | {r['sem']:.3f} |" in text
@@ -260,7 +270,7 @@ def test_registration_is_accepted_by_an_mlflow_server(tmp_path, monkeypatch):
     with mlflow_server(tmp_path / "mlflow") as srv:
         ref = RunRef(preset="smoke", run_id=f"reg-{uuid.uuid4().hex[:8]}",
                      overrides=[f"storage.uri=file://{tmp_path}/store", f"tracking.uri={srv.url}",
-                                "tracking.retry_s=5", "storage.retry_s=5"])
+                                "tracking.retry_s=5", "storage.retry_s=5", f"rollout.model={_tiny(tmp_path)}"])
         t = open_run(ref)
         ctx = t.ctx
         plant_checkpoint(ctx, "rft-0", tmp_path)
@@ -270,6 +280,59 @@ def test_registration_is_accepted_by_an_mlflow_server(tmp_path, monkeypatch):
         assert reg.promote_version(t, v_base).promote and reg.promote_version(t, v_rft).promote
         model_uri.install(ctx.cfg)
         path = Path(resolve_model(f"models:/{MODEL}@champion"))
-        assert json.loads((path / "config.json").read_text()) == {"name": "rft-0"}
+        assert json.loads((path / "swerl.json").read_text())["version"] == "rft-0"
         t.tracker.close(timeout=5)
         assert not t.tracker.dropped
+
+
+FRESH_PROCESS = """
+import sys, mlflow, mlflow.transformers
+mlflow.set_tracking_uri(sys.argv[1])
+pipe = mlflow.transformers.load_model("models:/swerl-agent@champion")
+out = pipe([{"role": "user", "content": "hi"}], max_new_tokens=6, do_sample=False)
+print("GENERATED", repr(out[0]["generated_text"][-1]["content"]))
+ours = sorted(m for m in sys.modules if m.split(".")[0] in ("swerl", "tasks", "training", "environments", "flows"))
+print("SWERL_MODULES", ours)
+"""
+
+
+def test_champion_is_an_mlflow_model_a_fresh_process_loads(run_env, tmp_path):
+    """`mlflow.transformers.load_model("models:/swerl-agent@champion")` in a process that imports
+    only mlflow (and transformers through it), from a directory outside the checkout."""
+    import subprocess
+    import sys
+
+    t = open_run(run_env)
+    plant_checkpoint(t.ctx, "rft-0", tmp_path)
+    version = reg.register_version(t, "rft-0", plant_eval(t.ctx, "rft", "rft-0", {"t00": 2}))
+    assert reg.promote_version(t, version).promote
+    client = reader(run_env)
+    mv = client.get_model_version(MODEL, version)
+    assert mv.source.startswith("models:/m-"), mv.source
+    model_id = mv.source.removeprefix("models:/")
+    logged = client.get_logged_model(model_id)
+    assert logged.source_run_id == mv.run_id and logged.params["policy"] == "rft-0"
+    assert logged.experiment_id == t.tracker.experiment_id, "in the run's experiment, not Default"
+    assert logged.artifact_location.startswith(t.ctx.store.url("mlflow")), "its weights are in the store"
+    assert logged.tags["swerl.checkpoint_key"] == t.ctx.key("checkpoints", "rft-0")
+    assert "transformers" in mlflow_flavors(client, model_id, tmp_path)
+
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    assert not {"MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "MLFLOW_EXPERIMENT_ID"} & set(env), "no global left"
+    out = subprocess.run([sys.executable, "-c", FRESH_PROCESS, t.tracker.tracking_uri], cwd=cwd, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    print(out.stdout)
+    assert "GENERATED '" in out.stdout and "SWERL_MODULES []" in out.stdout
+
+
+def mlflow_flavors(client: MlflowClient, model_id: str, tmp_path: Path) -> set[str]:
+    import yaml
+
+    from mlflow.artifacts import download_artifacts
+
+    location = client.get_logged_model(model_id).artifact_location
+    path = download_artifacts(artifact_uri=f"{location}/MLmodel", dst_path=str(tmp_path / "mlmodel"))
+    return set(yaml.safe_load(Path(path).read_text())["flavors"])

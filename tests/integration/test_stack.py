@@ -231,10 +231,15 @@ def test_deploy_creates_pools_limits_and_scheduled_deployments(stack: Stack) -> 
 
         pipeline = deployments["pipeline"]
         assert pipeline.work_pool_name == cpu_pool
-        assert pipeline.parameters["preset"] == "smoke"
-        assert f"storage.s3_endpoint_url={stack.url('SWERL_S3_PORT')}" in pipeline.parameters["overrides"]
-        assert f"tracking.uri={stack.url('SWERL_MLFLOW_PORT')}" in pipeline.parameters["overrides"]
-        assert set(pipeline.parameter_openapi_schema["properties"]) >= {"preset", "overrides", "run_id"}
+        params = pipeline.parameters["params"]  # one typed model: the UI's form (flows/run_params.py)
+        assert params["preset"] == "smoke"
+        assert f"storage.uri=s3://{stack.values['SWERL_S3_BUCKET']}/store" in params["overrides"]
+        assert f"storage.s3_endpoint_url={stack.url('SWERL_S3_PORT')}" in params["overrides"]
+        assert f"tracking.uri={stack.url('SWERL_MLFLOW_PORT')}" in params["overrides"]
+        form = pipeline.parameter_openapi_schema["definitions"]["PipelineParams"]["properties"]
+        assert {"preset", "seed", "dapo_iterations", "overrides", "run_id"} <= set(form)
+        assert "smoke" in form["preset"]["enum"]
+        assert set(deployments["evaluate"].parameter_openapi_schema["properties"]) >= {"preset", "overrides", "run_id"}
         assert deployments["dapo"].work_pool_name == gpu_pool
         from flows.deploy import DEPLOYMENT_TAG, ZOMBIE_AUTOMATION
 
@@ -248,6 +253,16 @@ def test_deploy_creates_pools_limits_and_scheduled_deployments(stack: Stack) -> 
         assert crons == {"evaluate": ["0 3 * * *"], "curate": ["0 4 * * 1"]}
         nightly = deployments["evaluate"].schedules[0]
         assert "rollout.model=models:/swerl-agent@champion" in nightly.parameters["overrides"]
+
+    # The README's command, `swerl deploy --api-url URL` with the stack up, as a user runs it: the
+    # deployments keep the stack's S3 and MLflow (not the config's file:// store and SQLite file).
+    out = _run([str(PY), "-m", "flows.cli", "deploy", "--preset", "smoke", "--api-url", stack.prefect_api],
+               env={**stack.shell_env, "PYTHONPATH": str(ROOT)})
+    assert "pipeline/pipeline" in out.stdout, out.stdout
+    with stack.prefect_client() as client:
+        params = client.read_deployment_by_name("pipeline/pipeline").parameters["params"]
+        assert f"storage.uri=s3://{stack.values['SWERL_S3_BUCKET']}/store" in params["overrides"], params
+        assert f"tracking.uri={stack.url('SWERL_MLFLOW_PORT')}" in params["overrides"], params
 
     # What `swerl deploy` prints: each deployment with its pool and schedules.
     from flows.deploy import describe
@@ -287,10 +302,11 @@ def _run_pipeline(stack: Stack, names: list[str], run_id: str, timeout: float = 
 
     name = next(n for n in names if n.endswith("/pipeline"))
     with stack.prefect_client() as client:  # the deployment's own overrides point at the stack
-        overrides = client.read_deployment_by_name(name).parameters["overrides"] + STACK_OVERRIDES
+        overrides = client.read_deployment_by_name(name).parameters["params"]["overrides"] + STACK_OVERRIDES
     t0 = time.time()
     with temporary_settings({PREFECT_API_URL: stack.prefect_api}):
-        flow_run = run_deployment(name, parameters={"preset": "smoke", "run_id": run_id, "overrides": overrides},
+        flow_run = run_deployment(name, parameters={"params": {"preset": "smoke", "run_id": run_id,
+                                                               "overrides": overrides}},
                                   timeout=timeout, poll_interval=10)
     run = PipelineRun(run_id, flow_run, time.time() - t0)
     if timeout:
@@ -609,6 +625,7 @@ def test_worker_runs_the_smoke_pipeline(stack: Stack, killed_and_resumed: Killed
     bucket = stack.values["SWERL_S3_BUCKET"]
     checkpoints = s3.ls(f"{bucket}/store/runs/{run_id}/checkpoints")
     assert checkpoints, "the run's checkpoints are in the bucket"
+    assert "preset: smoke" in s3.cat(f"{bucket}/store/runs/{run_id}/config.yaml").decode(), "the run's config too"
     # Artifacts go either straight to S3 (an experiment located in the store) or through the
     # server's proxy, which keeps them under s3://BUCKET/mlflow.
     location = experiment.artifact_location

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows.deploy import DeployError, heartbeat_s, load_spec, missing_variables, resolve_targets
+from flows.deploy import (DeployError, default_stack_env, heartbeat_s, load_spec, missing_variables,
+                          resolve_targets)
 from swerl.config import load_config
 
 pytestmark = pytest.mark.unit
@@ -57,7 +58,8 @@ def test_prefect_yaml_deploys_every_flow() -> None:
         "flows/registry_flows.py:promote",
     }
     for d in spec:
-        assert d["work_pool"]["name"] and set(d["parameters"]) == {"preset", "overrides"}, d["name"]
+        params = d["parameters"]["params"] if d["name"] == "pipeline" else d["parameters"]
+        assert d["work_pool"]["name"] and set(params) == {"preset", "overrides"}, d["name"]
     scheduled = {d["name"]: [s["cron"] for s in d["schedules"]] for d in spec if d.get("schedules")}
     assert set(scheduled) == {"evaluate", "curate"}
 
@@ -105,6 +107,38 @@ def test_deploy_refuses_the_ephemeral_api(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     with pytest.raises(DeployError, match="no Prefect API"):
         resolve_targets(load_config("smoke"), None, None)
+
+
+def test_deploy_refuses_targets_on_the_workers_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Config mode with the default file:// store or a SQLite MLflow: each worker would keep its
+    runs to itself; refused before anything is deployed, naming what to set."""
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    with pytest.raises(DeployError, match=r"storage.uri=file://.swerl/store, tracking.uri=sqlite"):
+        resolve_targets(load_config("smoke"), "http://127.0.0.1:4200/api", None)
+    s3_only = load_config("smoke", ["storage.uri=s3://team/swerl"])
+    with pytest.raises(DeployError, match=r"\(tracking.uri=sqlite:///.swerl/mlflow.db\)"):
+        resolve_targets(s3_only, "http://127.0.0.1:4200/api", None)
+
+
+def test_api_url_of_the_stack_keeps_the_stack_targets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's `swerl deploy --api-url http://127.0.0.1:PORT/api` after `make up`: the
+    stack's S3 and MLflow, not the config's local defaults; another API or --from-config: the config."""
+    import flows.deploy as deploy_mod
+
+    gen = _gen_env()
+    values = gen.ensure_env(tmp_path / ".env", {"SWERL_PREFECT_PORT": "14200", "SWERL_S3_PORT": "18333",
+                                                "SWERL_MLFLOW_PORT": "15000"})
+    monkeypatch.setattr(deploy_mod, "PROJECT_DIR", tmp_path)
+    monkeypatch.delenv("SWERL_ENV_FILE", raising=False)
+    cfg = load_config("smoke")
+    for api in (None, "http://127.0.0.1:14200/api", "http://127.0.0.1:14200/api/"):
+        env = default_stack_env(cfg, api)
+        assert env == tmp_path / ".env", api
+        targets = resolve_targets(cfg, api, env)
+        assert targets["SWERL_STORAGE_URI"] == f"s3://{values['SWERL_S3_BUCKET']}/store"
+        assert targets["SWERL_TRACKING_URI"] == "http://127.0.0.1:15000"
+    assert default_stack_env(cfg, "https://prefect.example/api") is None
+    assert default_stack_env(cfg, None, from_config=True) is None
 
 
 def test_compose_binds_nothing_beyond_loopback() -> None:

@@ -1,0 +1,119 @@
+"""Commands pointed at a run use that run's config: `swerl report RUN_ID`, `swerl evaluate --run
+RUN_ID` and `swerl promote --run RUN_ID` of a cpu-demo run, with no --preset.
+
+The run is planted where the pipeline leaves it (config.yaml, evaluations, sealed DAPO
+checkpoints) in a tmp store with a SQLite MLflow; the commands are the real CLI in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from swerl.config import dump_config, load_config
+from tasks import registry_tasks as reg
+from tasks.run_config import config_key
+from tasks.run_context import RunRef, open_run
+from tests.integration.test_registry import plant_checkpoint, plant_eval
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def cpu_demo_run(tmp_path, monkeypatch):
+    """A cpu-demo run (seed 1) with base and dapo evaluations and three of its four DAPO
+    checkpoints, its config stored as the pipeline stores it."""
+    monkeypatch.setenv("SWERL_STATE", str(tmp_path / "state"))
+    where = [f"storage.uri=file://{tmp_path}/store", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+             "tracking.retry_s=5", "storage.retry_s=5"]
+    ref = RunRef(preset="cpu-demo", overrides=[*where, "seed=1"], run_id=f"cpu-demo-{uuid.uuid4().hex[:8]}")
+    t = open_run(ref)
+    assert t.remember_config(overwrite=True)
+    assert not t.remember_config(overwrite=True), "unchanged: not written twice"
+    plant_eval(t.ctx, "base", "base", {"t00": 1})
+    for it in range(3):
+        plant_checkpoint(t.ctx, f"dapo-s1-{it}", tmp_path)
+    dapo = plant_eval(t.ctx, "dapo", "dapo-s1-2", {f"t{i:02d}": 3 for i in range(6)})
+    reg.register_version(t, "dapo-s1-2", dapo)
+    t.tracker.close(timeout=5)
+    return ref, where, tmp_path
+
+
+def _swerl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_the_stored_config_is_the_runs_and_is_in_mlflow(cpu_demo_run):
+    from mlflow import MlflowClient
+
+    ref, where, tmp_path = cpu_demo_run
+    t = open_run(ref)
+    stored = t.ctx.store.get_text(config_key(ref.run_id))
+    assert stored == dump_config(load_config("cpu-demo", ref.overrides))
+    uri = t.tracker.tracking_uri
+    logged = MlflowClient(tracking_uri=uri).download_artifacts(t.parent(), "config.yaml", str(tmp_path))
+    assert Path(logged).read_text() == stored
+
+
+def test_report_of_a_cpu_demo_run_uses_its_config(cpu_demo_run):
+    ref, where, tmp_path = cpu_demo_run
+    out = _swerl("report", ref.run_id, *(a for w in where for a in ("--set", w)), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "warning" not in out.stderr
+    md = Path(out.stdout.strip().splitlines()[-1]).read_text()
+    assert f"(preset `cpu-demo`)" in md
+    rep = json.loads((Path(out.stdout.strip().splitlines()[-1]).parent / "report.json").read_text())
+    # cpu-demo has 4 DAPO iterations: all 3 planted checkpoints are the run's (smoke's 2 would drop one)
+    assert [r["checkpoint"] for r in rep["dapo_iterations"]] == ["dapo-s1-0", "dapo-s1-1", "dapo-s1-2"]
+    assert rep["preset"] == "cpu-demo"
+
+    # an explicit preset still wins, with a warning that it is not the run's
+    out = _swerl("report", ref.run_id, "--preset", "smoke", *(a for w in where for a in ("--set", w)), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"run {ref.run_id} was made with preset 'cpu-demo'; using --preset 'smoke' as asked" in out.stderr
+    assert "(preset `smoke`)" in Path(out.stdout.strip().splitlines()[-1]).read_text()
+
+
+def test_promote_and_evaluate_read_the_runs_preset(cpu_demo_run):
+    ref, where, tmp_path = cpu_demo_run
+    sets = [a for w in where for a in ("--set", w)]
+    out = _swerl("promote", "--run", ref.run_id, *sets, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    decision = json.loads(out.stdout[out.stdout.index("{"):])
+    assert decision["promoted"] and decision["reason"] == "no champion yet"
+
+    # evaluate resolves the run's config before anything runs: a bad --model fails on cpu-demo's
+    # config (its eval set and seed), not smoke's. Checked in process: the whole evaluation of
+    # cpu-demo's 49 tasks is minutes of CPU.
+    import argparse
+
+    from flows.cli_runs import _run_config
+
+    args = argparse.Namespace(run_id=ref.run_id, preset=None, set=list(where))
+    cfg = _run_config(args)
+    assert (cfg.preset, cfg.seed) == ("cpu-demo", 1) and args.preset is None
+    assert cfg.data.eval_dataset == load_config("cpu-demo").data.eval_dataset
+    args = argparse.Namespace(run_id=None, preset=None, set=list(where))
+    assert _run_config(args).preset == "smoke" and args.preset == "smoke", "no run: the default preset"
+
+
+def test_a_run_without_a_stored_config(tmp_path, monkeypatch):
+    from swerl.config import ConfigError
+    from tasks.run_config import choose_preset
+
+    where = [f"storage.uri=file://{tmp_path}/store"]
+    choice = choose_preset("cpu-demo-0123456789", None, where)
+    assert choice.preset == "cpu-demo" and "has no stored config" in choice.warning
+    with pytest.raises(ConfigError, match="run my-run has no stored config .*: pass --preset"):
+        choose_preset("my-run", None, where)
+    assert choose_preset("my-run", "smoke", where).preset == "smoke"
