@@ -378,6 +378,10 @@ class SwerlConfig(Strict):
     @model_validator(mode="after")
     def _layout_fits_the_parts(self) -> "SwerlConfig":
         g = self.gpu
+        longest = max([self.rollout.max_context_tokens] + [st.max_context_tokens for st in self.dapo.stages])
+        if g.max_model_len is not None and g.max_model_len < longest:
+            raise ValueError(f"gpu.max_model_len ({g.max_model_len}) is below the longest context an episode may "
+                             f"reach ({longest}, rollout/dapo max_context_tokens)")
         if g.layout == "colocate" and self.rollout.backend != "vllm":
             raise ValueError(f"gpu.layout colocate hands memory over by vLLM's sleep/wake: it needs rollout.backend "
                              f"vllm, not {self.rollout.backend}")
