@@ -87,6 +87,16 @@ def make_accelerator() -> Accelerator:
     return acc
 
 
+def checkpoint_activations(model: nn.Module) -> None:
+    """Recompute each layer's activations in backward, non-reentrant (FSDP2 needs that). The
+    method's name moved: transformers 5.24 has `activation_checkpointing_enable` (and deprecates
+    the old one), 5.19, which vLLM's CPU build pins, only `gradient_checkpointing_enable`."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def as_float(x: Any) -> float:
     """A scalar tensor, possibly a replicated DTensor (FSDP2's grad norm), as a float."""
     if x is None:
@@ -110,7 +120,7 @@ class Trainer:
         self.accelerator = make_accelerator()
         self.progress = progress and self.accelerator.is_main_process
         if cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            checkpoint_activations(model)
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr or cfg.lr,
                                       weight_decay=cfg.weight_decay)
         self.steps_done = 0  # optimizer steps so far, earlier updates' included (load_state)
