@@ -14,20 +14,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from torch import Tensor
-
 from swerl.config import RFTConfig, SFTConfig
-from training.batching import MicroBatch, minibatches
-from training.trainer import Trainer, progress_bar
+from training.batching import minibatches
+from training.trainer import Trainer, progress_bar, sft_loss
 from training.trajectory import TrainingSample, Trajectory, training_sample
 from training.update_job import UpdateJob, finish, load_trainable, pad_id_of
 
 log = logging.getLogger(__name__)
-
-
-def sft_loss(lp: Tensor, mb: MicroBatch, token_count: float) -> tuple[Tensor, dict[str, float]]:
-    """Negative log-likelihood of the loss tokens, over the step's loss-token count."""
-    return -(lp * mb.loss_mask).sum() / token_count, {}
 
 
 def sft_samples(trajectories: list[Trajectory]) -> list[TrainingSample]:

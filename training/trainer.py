@@ -14,7 +14,7 @@ from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from accelerate import Accelerator, PartialState
@@ -24,17 +24,24 @@ from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
-from swerl.config import SFTConfig
 from training.batching import MicroBatch, micro_batches, split_rows
 from training.checkpoint import load_train_state, save_checkpoint, save_train_state
 from training.logprobs import PACKABLE_ATTENTION, token_logprobs
 from training.precision import resolve_dtype
 from training.trajectory import TrainingSample
 
+if TYPE_CHECKING:  # a type only: infra/gpu/check.py runs the trainer where pydantic is absent
+    from swerl.config import SFTConfig
+
 # loss_fn(logprobs [b, L-1], batch, token_count) -> (loss summed over the batch's loss tokens
 # / token_count, metrics). token_count is the whole step's, so the losses of a step's
 # micro-batches add up to its mean; metrics add up the same way, except `*_max`/`*_min` keys.
 LossFn = Callable[[Tensor, MicroBatch, float], tuple[Tensor, dict[str, float]]]
+
+
+def sft_loss(lp: Tensor, mb: MicroBatch, token_count: float) -> tuple[Tensor, dict[str, float]]:
+    """RFT's objective: negative log-likelihood of the loss tokens, over the step's loss-token count."""
+    return -(lp * mb.loss_mask).sum() / token_count, {}
 
 
 def combine_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
