@@ -72,8 +72,8 @@ def device_type() -> str:
 
 
 def load_dtype(tcfg: TrainerConfig) -> torch.dtype:
-    """fp32, except for a sharded bf16 run: there each rank holds only a shard of fp32 master
-    weights after FSDP's upcast, and rank 0 reads bf16 from disk instead of twice that."""
+    """fp32, except for a sharded bf16 run: there each rank keeps only a shard of fp32 master
+    weights, and rank 0 reads bf16 from disk (accelerate upcasts it before sharding)."""
     bf16 = resolve_dtype(tcfg.dtype, device_type()) == "bfloat16"
     return torch.bfloat16 if bf16 and parse_flag_from_env("ACCELERATE_USE_FSDP") else torch.float32
 
