@@ -102,7 +102,9 @@ def run_group(job: UpdateJob, samples: list[TrainingSample], train: TrainerConfi
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     if rc != 0 or not (job_dir / METRICS_FILE).is_file():
-        raise UpdateFailed(f"{job.kind} update: `accelerate launch` exited {rc}; last lines:\n" + "".join(tail))
+        errors = sorted(job_dir.glob("error-rank*.txt"))
+        first = f": {errors[0].stem[6:]}: {errors[0].read_text().strip()}" if errors else ""
+        raise UpdateFailed(f"{job.kind} update: `accelerate launch` exited {rc}{first}; last lines:\n" + "".join(tail))
     metrics = json.loads((job_dir / METRICS_FILE).read_text())
     shutil.rmtree(job_dir, ignore_errors=True)
     return metrics
@@ -111,9 +113,14 @@ def run_group(job: UpdateJob, samples: list[TrainingSample], train: TrainerConfi
 def main(argv: list[str] | None = None) -> None:
     """One rank of the group: run the job, the main rank writes the metrics last."""
     job_dir = Path((argv or sys.argv[1:])[0])
-    job = UpdateJob.from_json((job_dir / JOB_FILE).read_text())
-    metrics = RUNNERS[job.kind](job, read_samples(job_dir / SAMPLES_FILE))
-    if int(os.environ.get("RANK", "0")) == 0:
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        job = UpdateJob.from_json((job_dir / JOB_FILE).read_text())
+        metrics = RUNNERS[job.kind](job, read_samples(job_dir / SAMPLES_FILE))
+    except Exception as e:  # the launcher's own report names no cause: leave this rank's for run_group
+        (job_dir / f"error-rank{rank}.txt").write_text(f"{type(e).__name__}: {e}".splitlines()[0])
+        raise
+    if rank == 0:
         (job_dir / METRICS_FILE).write_text(json.dumps(metrics))
 
 

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from bench.synthetic import synthetic_samples, tiny_llama, tiny_tokenizer
 from swerl.config import DAPOConfig, DAPOStage, GPUConfig, TrainerConfig
 from training.checkpoint import read_info, read_state_info, save_checkpoint
-from training.launch import run_update
+from training.launch import UpdateFailed, run_update
 from training.update_job import UpdateJob
 
 pytestmark = pytest.mark.integration
@@ -63,3 +63,14 @@ def test_two_process_fsdp_group_matches_one_process(tmp_path):
     assert any(not torch.equal(w1[k], load_file(base / "model.safetensors")[k]) for k in w1)
     # the group wrote the checkpoint's info with its own metrics, as the in-process path does
     assert read_info(tmp_path / "two" / "it1")["metrics"]["loss"] == pytest.approx(two[1]["loss"])
+
+
+def test_a_failing_group_is_one_error_naming_its_last_lines(tmp_path):
+    train = TrainerConfig(accelerate_config="infra/accelerate/fsdp.yaml", num_processes=1)
+    job = UpdateJob(kind="dapo", model_dir=str(tmp_path / "no-such-model"), out_dir=str(tmp_path / "it0"),
+                    train=DAPOConfig(stages=[STAGE], train=train).model_dump(mode="json"),
+                    stage=STAGE.model_dump(mode="json"))
+    with pytest.raises(UpdateFailed, match=r"dapo update: `accelerate launch` exited [1-9]\d*: rank0: ") as err:
+        run_update(job, _samples(), train, GPUConfig())
+    assert "no-such-model" in str(err.value)  # the rank's own error, from the tail
+    assert not (tmp_path / "it0").exists()
