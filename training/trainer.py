@@ -123,7 +123,7 @@ class Trainer:
         self.chunk = chunk
         self.temperature = temperature  # the policy is softmax(logits / T): the sampler's T
         self.pad_id = pad_id
-        # Multi-GPU settings (FSDP, ZeRO-3, bf16 policy) come from `accelerate launch`'s env.
+        # Group settings (FSDP2, bf16 policy) come from `accelerate launch`'s env.
         self.accelerator = make_accelerator()
         self.progress = progress and self.accelerator.is_main_process
         if cfg.gradient_checkpointing:
@@ -288,7 +288,7 @@ class Trainer:
 
     def _full_state_dict(self) -> dict[str, Tensor] | None:
         """The whole model's weights on the main process (None elsewhere), gathered one tensor at
-        a time and cast to `export_dtype` on the way, so no process holds a full fp32 copy."""
+        a time and cast to `export_dtype` on the way: a bf16 run never holds a full fp32 copy."""
         if not self.sharded:
             return None
         dtype, main = self.export_dtype(), self.accelerator.is_main_process
