@@ -114,7 +114,12 @@ def save_train_state(out_dir: str | Path, model: nn.Module, optimizer: Any, step
     if main:
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
-    if sharded:
+    # No step yet (an iteration without samples, from no earlier state): nothing to hand on, and
+    # the state-dict helpers would take a zero-lr step to create it, leaving AdamW's count at 1.
+    empty = not optimizer.state
+    if empty:
+        pass
+    elif sharded:
         _barrier()
         model_sd, optim_sd = get_state_dict(model, optimizer)
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(out))
@@ -124,7 +129,8 @@ def save_train_state(out_dir: str | Path, model: nn.Module, optimizer: Any, step
             torch.save(state, out / STATE_FILE)
     _barrier()
     if main:
-        record = {"steps_done": steps_done, "format": _state_format(sharded), "completed_at": time.time()}
+        record = {"steps_done": steps_done, "format": _state_format(sharded), "empty": empty,
+                  "completed_at": time.time()}
         (out / STATE_INFO).write_text(json.dumps(record, indent=2))
     return out
 
@@ -148,7 +154,9 @@ def load_train_state(state_dir: str | Path, model: nn.Module, optimizer: Any, *,
     if info["format"] != _state_format(sharded):
         raise ValueError(f"training state {state_dir} was saved {info['format']!r}, this trainer is "
                          f"{_state_format(sharded)!r}: a run keeps one train.accelerate_config")
-    if sharded:
+    if info.get("empty"):
+        pass
+    elif sharded:
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=str(state_dir))

@@ -316,3 +316,13 @@ def test_training_state_refuses_another_layout(tmp_path):
     (tmp_path / "st" / "train_state.json").unlink()
     with pytest.raises(IncompleteCheckpoint):
         t.load_state(tmp_path / "st")
+
+
+def test_an_update_without_steps_hands_on_no_invented_adamw_step(tmp_path):
+    torch.manual_seed(0)
+    t = Trainer(tiny_llama(), _cfg(), total_steps=1, progress=False)
+    t.save_state(tmp_path / "st")
+    assert read_state_info(tmp_path / "st")["empty"] and not (tmp_path / "st" / "optimizer.pt").exists()
+    t2 = Trainer(tiny_llama(), _cfg(), total_steps=1, progress=False)
+    t2.load_state(tmp_path / "st")
+    assert not t2.optimizer.optimizer.state and t2.steps_done == 0
