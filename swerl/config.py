@@ -157,6 +157,29 @@ class RolloutConfig(Strict):
     seed: int = 0
 
 
+REPO_DIR = CONFIG_DIR.parent
+# accelerate distributions the trainer runs: one process, DDP, FSDP (DeepSpeed keeps its optimizer
+# inside its engine, out of reach of the state that DAPO carries from one update to the next)
+LAUNCHABLE = ("NO", "MULTI_CPU", "MULTI_GPU", "FSDP")
+
+
+def accelerate_file(path: str) -> Path:
+    """An accelerate config path as written in a preset: absolute, or relative to the repo root."""
+    p = Path(path)
+    return p if p.is_absolute() else REPO_DIR / p
+
+
+def accelerate_distribution(path: str) -> str:
+    """The `distributed_type` of an accelerate config file, which must exist and be launchable."""
+    f = accelerate_file(path)
+    if not f.is_file():
+        raise ValueError(f"accelerate_config {path!r}: no such file (looked at {f})")
+    kind = str((yaml.safe_load(f.read_text()) or {}).get("distributed_type", "NO"))
+    if kind not in LAUNCHABLE:
+        raise ValueError(f"accelerate_config {path!r}: distributed_type {kind} is not one of {', '.join(LAUNCHABLE)}")
+    return kind
+
+
 class TrainerConfig(Strict):
     """How the optimizer runs; what it learns from (lr, batch) is set per stage."""
 
@@ -166,7 +189,21 @@ class TrainerConfig(Strict):
     grad_clip: float = Field(1.0, gt=0)
     gradient_checkpointing: bool = True
     dtype: Literal["auto", "float32", "bfloat16"] = "float32"  # bf16 = autocast; auto as rollout.dtype
-    accelerate_config: str | None = None  # infra/accelerate/*.yaml for multi-GPU
+    # None or "single": the update runs in the pipeline's own process (a laptop). A path
+    # (infra/accelerate/fsdp.yaml): it runs as an `accelerate launch` process group of that config
+    accelerate_config: str | None = None
+    # processes in that group; None: one per gpu.train_devices under layout split, else the file's
+    num_processes: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _launchable(self) -> "TrainerConfig":
+        if self.accelerate_config not in (None, "single"):
+            accelerate_distribution(self.accelerate_config)  # raises on a missing or unusable file
+        return self
+
+    @property
+    def in_process(self) -> bool:
+        return self.accelerate_config in (None, "single")
 
 
 class SFTConfig(TrainerConfig):
@@ -254,6 +291,46 @@ class EvalConfig(Strict):
     rebaseline_champion: bool = True
 
 
+class GPUConfig(Strict):
+    """Where vLLM and the trainer run on a GPU node (training/layout.py reads it).
+
+    shared: everything on the devices the process sees, nothing handed over (CPU, one small GPU).
+    split: vLLM on `rollout_devices` (tensor parallel over them), the trainer's process group on
+    `train_devices`, one process each. colocate: both on every device; vLLM sleeps (weights to
+    host memory, KV cache freed) while the trainer updates, and wakes for the next rollouts.
+    """
+
+    layout: Literal["shared", "split", "colocate"] = "shared"
+    rollout_devices: list[int] = Field(default_factory=list)
+    train_devices: list[int] = Field(default_factory=list)
+    tensor_parallel: int = Field(1, ge=1)  # vLLM's tensor_parallel_size
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)  # vLLM's share of each of its devices
+    max_model_len: int | None = Field(None, ge=256)  # vLLM's context; None: the model's
+    # long context beyond the model's native window, in transformers' and vLLM's `rope_parameters`
+    # shape, e.g. Qwen2.5's YaRN: {rope_type: yarn, factor: 4.0, original_max_position_embeddings:
+    # 32768, rope_theta: 1000000.0}; vLLM and the trainer get the same, or the trainer's logprobs
+    # are of another policy than the one sampled
+    rope_parameters: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _devices_fit_layout(self) -> "GPUConfig":
+        if self.layout == "split":
+            if not self.rollout_devices or not self.train_devices:
+                raise ValueError("layout split needs rollout_devices and train_devices")
+            if set(self.rollout_devices) & set(self.train_devices):
+                raise ValueError(f"layout split: rollout_devices {self.rollout_devices} and train_devices "
+                                 f"{self.train_devices} overlap")
+            if self.tensor_parallel != len(self.rollout_devices):
+                raise ValueError(f"layout split: tensor_parallel ({self.tensor_parallel}) must equal the number of "
+                                 f"rollout_devices ({len(self.rollout_devices)})")
+        elif self.rollout_devices or self.train_devices:
+            raise ValueError(f"layout {self.layout} uses every visible device: rollout_devices/train_devices "
+                             "are for layout split")
+        if self.rope_parameters is not None and not {"rope_type", "rope_theta"} <= set(self.rope_parameters):
+            raise ValueError("rope_parameters needs rope_type (e.g. yarn) and rope_theta (the model's, e.g. 1000000.0)")
+        return self
+
+
 class OrchestrationConfig(Strict):
     prefect_api_url: str | None = None  # None = Prefect's ephemeral API
     cpu_pool: str = "swerl-cpu"
@@ -289,6 +366,7 @@ class SwerlConfig(Strict):
     rft: RFTConfig = Field(default_factory=RFTConfig)
     dapo: DAPOConfig = Field(default_factory=DAPOConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    gpu: GPUConfig = Field(default_factory=GPUConfig)
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
@@ -311,6 +389,26 @@ class SwerlConfig(Strict):
             raise ValueError("rollout.prompt_style: 'line' asks for the corrected version of the line the issue quotes: "
                              "it needs data.hint_level 4, data.exact_hint_level true, rollout.action_format "
                              "'tools+file' and rollout.show_source true (which opens the file the line is in)")
+        return self
+
+    @model_validator(mode="after")
+    def _layout_fits_the_parts(self) -> "SwerlConfig":
+        g = self.gpu
+        longest = max([self.rollout.max_context_tokens] + [st.max_context_tokens for st in self.dapo.stages])
+        if g.max_model_len is not None and g.max_model_len < longest:
+            raise ValueError(f"gpu.max_model_len ({g.max_model_len}) is below the longest context an episode may "
+                             f"reach ({longest}, rollout/dapo max_context_tokens)")
+        if g.layout == "colocate" and self.rollout.backend != "vllm":
+            raise ValueError(f"gpu.layout colocate hands memory over by vLLM's sleep/wake: it needs rollout.backend "
+                             f"vllm, not {self.rollout.backend}")
+        if g.layout == "split":
+            for name, train in (("rft.train", self.rft.train), ("dapo.train", self.dapo.train)):
+                if train.in_process:
+                    raise ValueError(f"gpu.layout split runs the trainer on its own devices: {name}.accelerate_config "
+                                     "must name an accelerate config (e.g. infra/accelerate/fsdp.yaml)")
+                if train.num_processes not in (None, len(g.train_devices)):
+                    raise ValueError(f"{name}.num_processes ({train.num_processes}) must be one per "
+                                     f"gpu.train_devices ({len(g.train_devices)})")
         return self
 
     @property

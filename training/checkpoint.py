@@ -85,3 +85,90 @@ def latest_complete(dirs: list[str | Path]) -> Path | None:
     if not done:
         return None
     return max(done, key=lambda d: read_info(d)["completed_at"])
+
+
+# ---- training state: what one update hands the next (DAPO's continuous training) --------
+STATE_INFO = "train_state.json"  # written last: a state directory without it is incomplete
+STATE_FILE = "optimizer.pt"  # the single-process format; the sharded one is a DCP directory
+
+
+def _state_format(sharded: bool) -> str:
+    return "dcp" if sharded else "torch"
+
+
+def save_train_state(out_dir: str | Path, model: nn.Module, optimizer: Any, steps_done: int, *,
+                     sharded: bool, main: bool = True) -> Path:
+    """AdamW's moments and the step count, beside a checkpoint, for the next update to load.
+
+    One process (or DDP, where every rank holds the same state): `torch.save` of the optimizer's
+    state keyed by parameter name; the weights are the checkpoint's own fp32 ones. Sharded
+    (FSDP2): `torch.distributed.checkpoint` writes each rank's shards of the fp32 master weights
+    and of the optimizer state (the checkpoint beside it may be bf16), with no gather anywhere.
+    Every rank calls this; ``main`` marks the one that writes the single-process file and the info.
+    """
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, get_state_dict
+
+    out = Path(out_dir)
+    if main:
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+    # No step yet (an iteration without samples, from no earlier state): nothing to hand on, and
+    # the state-dict helpers would take a zero-lr step to create it, leaving AdamW's count at 1.
+    empty = not optimizer.state
+    if empty:
+        pass
+    elif sharded:
+        _barrier()
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(out))
+    else:
+        state = get_optimizer_state_dict(model, optimizer)
+        if main:
+            torch.save(state, out / STATE_FILE)
+    _barrier()
+    if main:
+        record = {"steps_done": steps_done, "format": _state_format(sharded), "empty": empty,
+                  "completed_at": time.time()}
+        (out / STATE_INFO).write_text(json.dumps(record, indent=2))
+    return out
+
+
+def read_state_info(state_dir: str | Path) -> dict[str, Any]:
+    path = Path(state_dir) / STATE_INFO
+    if not path.is_file():
+        raise IncompleteCheckpoint(f"{state_dir} has no {STATE_INFO} (crashed or partial write)")
+    return json.loads(path.read_text())
+
+
+def load_train_state(state_dir: str | Path, model: nn.Module, optimizer: Any, *, sharded: bool) -> int:
+    """Load `save_train_state`'s directory into ``model``/``optimizer`` (already prepared, in the
+    same layout it was saved from); returns the step count it was saved at."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (get_state_dict, set_optimizer_state_dict,
+                                                         set_state_dict)
+
+    info = read_state_info(state_dir)
+    if info["format"] != _state_format(sharded):
+        raise ValueError(f"training state {state_dir} was saved {info['format']!r}, this trainer is "
+                         f"{_state_format(sharded)!r}: a run keeps one train.accelerate_config")
+    if info.get("empty"):
+        pass
+    elif sharded:
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
+        dcp.load(state, checkpoint_id=str(state_dir))
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    else:
+        saved = torch.load(Path(state_dir) / STATE_FILE, map_location="cpu", weights_only=True)
+        set_optimizer_state_dict(model, optimizer, saved)
+    return int(info["steps_done"])
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()

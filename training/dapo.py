@@ -20,6 +20,7 @@ from swerl.config import DAPOConfig, DAPOStage
 from training.batching import MicroBatch, minibatches
 from training.trainer import Trainer, progress_bar
 from training.trajectory import TrainingSample, Trajectory, training_sample
+from training.update_job import UpdateJob, finish, load_trainable, pad_id_of
 
 log = logging.getLogger(__name__)
 
@@ -216,10 +217,10 @@ def _mean(values: list[float]) -> float:
 
 
 def dapo_trainer(model: nn.Module, cfg: DAPOConfig, stage: DAPOStage, total_steps: int,
-                 temperature: float = 1.0, progress: bool = True) -> Trainer:
+                 temperature: float = 1.0, progress: bool = True, pad_id: int = 0) -> Trainer:
     """The Trainer a DAPO stage updates with: its lr, constant after warmup, the sampler's T."""
     return Trainer(model, cfg.train, total_steps=max(1, total_steps), lr=stage.lr, chunk=cfg.logprob_chunk,
-                   schedule="constant", temperature=temperature, progress=progress)
+                   schedule="constant", temperature=temperature, progress=progress, pad_id=pad_id)
 
 
 def mismatch_metrics(trainer: Trainer, samples: list[TrainingSample], index: list[int],
@@ -303,3 +304,17 @@ def iteration_update(trainer: Trainer, samples: list[TrainingSample], cfg: DAPOC
     steps = [trainer.step(trainer.micro_batches(samples, index, extras), loss_fn)
              for index in progress_bar(plan, "dapo update", trainer.progress)]
     return metrics | step_summary(steps, time.perf_counter() - t0) | {"samples": float(len(samples))}
+
+
+def run_job(job: UpdateJob, samples: list[TrainingSample]) -> dict[str, float]:
+    """Run one DAPO iteration's update in this process (a rank of a group, or the only one):
+    from the previous update's optimizer state where the job names one."""
+    cfg, stage = DAPOConfig.model_validate(job.train), DAPOStage.model_validate(job.stage)
+    model, tokenizer = load_trainable(job, cfg.train)
+    trainer = dapo_trainer(model, cfg, stage, -(-len(samples) // stage.batch_size), job.temperature,
+                           pad_id=pad_id_of(tokenizer))
+    if job.state_in:
+        trainer.load_state(job.state_in)
+    metrics = iteration_update(trainer, samples, cfg, stage, group_stats=job.group_stats, seed=job.seed,
+                               temperature=job.temperature)
+    return finish(trainer, tokenizer, job, metrics | {"optimizer_steps_total": float(trainer.steps_done)})

@@ -14,20 +14,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from torch import Tensor
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from swerl.config import RFTConfig, SFTConfig
-from training.batching import MicroBatch, minibatches
-from training.trainer import Trainer, progress_bar
+from training.batching import minibatches
+from training.trainer import Trainer, progress_bar, sft_loss
 from training.trajectory import TrainingSample, Trajectory, training_sample
+from training.update_job import UpdateJob, finish, load_trainable, pad_id_of
 
 log = logging.getLogger(__name__)
-
-
-def sft_loss(lp: Tensor, mb: MicroBatch, token_count: float) -> tuple[Tensor, dict[str, float]]:
-    """Negative log-likelihood of the loss tokens, over the step's loss-token count."""
-    return -(lp * mb.loss_mask).sum() / token_count, {}
 
 
 def sft_samples(trajectories: list[Trajectory]) -> list[TrainingSample]:
@@ -57,31 +50,52 @@ def sft_update(trainer: Trainer, samples: list[TrainingSample], epochs: int, bat
     return history
 
 
-def train(trajectories: list[Trajectory], model_path: str | Path, cfg: RFTConfig | SFTConfig,
-          out_dir: str | Path, *, chunk: int = 1024, info: dict[str, Any] | None = None,
-          seed: int = 0) -> Path:
-    """SFT ``model_path`` on the resolved ``trajectories``; write a checkpoint to ``out_dir``."""
-    tcfg = cfg.train if isinstance(cfg, RFTConfig) else cfg
-    samples = sft_samples(trajectories)
-    if not samples:
-        raise ValueError(f"RFT: none of {len(trajectories)} trajectories is resolved: nothing to train on")
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype="float32")
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    steps = tcfg.epochs * math.ceil(len(samples) / tcfg.batch_size)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    trainer = Trainer(model, tcfg, total_steps=steps, chunk=chunk, pad_id=pad_id)
-    history = sft_update(trainer, samples, tcfg.epochs, tcfg.batch_size, seed)
+def sft_metrics(history: list[dict[str, float]], trajectories: int) -> dict[str, float]:
+    """An RFT update's optimizer steps as one set of metrics, token-weighted."""
     weights = [h["loss_tokens"] for h in history]
-    metrics = {
+    return {
         "loss_first": history[0]["loss"],
         "loss_last": history[-1]["loss"],
         "loss_mean": sum(h["loss"] * w for h, w in zip(history, weights)) / max(sum(weights), 1.0),
         "steps": float(len(history)),
-        "trajectories": float(len(samples)),
+        "trajectories": float(trajectories),
         "loss_tokens": float(sum(weights)),
         "tokens_per_s": sum(h["tokens"] for h in history) / max(sum(h["time_s"] for h in history), 1e-9),
     }
-    log.info("RFT done: %s", metrics)
+
+
+def rft_job(trajectories: list[Trajectory], model_path: str | Path, cfg: RFTConfig | SFTConfig,
+            out_dir: str | Path, *, chunk: int = 1024, info: dict[str, Any] | None = None,
+            seed: int = 0, rope_parameters: dict[str, Any] | None = None) -> UpdateJob:
+    """The update that SFTs ``model_path`` on the resolved ``trajectories`` into ``out_dir``."""
+    tcfg = cfg.train if isinstance(cfg, RFTConfig) else cfg
     record = {"stage": "rft", "iteration": 0, "dataset_hash": trajectories_hash(trajectories),
-              "metrics": metrics, "parent": str(model_path)} | (info or {})
-    return trainer.save(out_dir, tokenizer, record)
+              "parent": str(model_path)} | (info or {})
+    return UpdateJob(kind="rft", model_dir=str(model_path), out_dir=str(out_dir), train=tcfg.model_dump(mode="json"),
+                     info=record, seed=seed, chunk=chunk, rope_parameters=rope_parameters)
+
+
+def run_job(job: UpdateJob, samples: list[TrainingSample]) -> dict[str, float]:
+    """Run an RFT job in this process (one rank of a group, or the only process)."""
+    if not samples:
+        raise ValueError("RFT: no resolved trajectory: nothing to train on")
+    tcfg = SFTConfig.model_validate(job.train)
+    model, tokenizer = load_trainable(job, tcfg)
+    steps = tcfg.epochs * math.ceil(len(samples) / tcfg.batch_size)
+    trainer = Trainer(model, tcfg, total_steps=steps, chunk=job.chunk, pad_id=pad_id_of(tokenizer))
+    history = sft_update(trainer, samples, tcfg.epochs, tcfg.batch_size, job.seed)
+    metrics = finish(trainer, tokenizer, job, sft_metrics(history, len(samples)))
+    log.info("RFT done: %s", metrics)
+    return metrics
+
+
+def train(trajectories: list[Trajectory], model_path: str | Path, cfg: RFTConfig | SFTConfig,
+          out_dir: str | Path, *, chunk: int = 1024, info: dict[str, Any] | None = None,
+          seed: int = 0) -> Path:
+    """SFT ``model_path`` on the resolved ``trajectories`` in this process; the checkpoint's path."""
+    samples = sft_samples(trajectories)
+    if not samples:
+        raise ValueError(f"RFT: none of {len(trajectories)} trajectories is resolved: nothing to train on")
+    job = rft_job(trajectories, model_path, cfg, out_dir, chunk=chunk, info=info, seed=seed)
+    run_job(job, samples)
+    return Path(out_dir)

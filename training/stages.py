@@ -13,10 +13,12 @@ import random
 import shutil
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from environments.records import TaskInstance
 from environments.sandbox import cleanup_leaked
@@ -24,15 +26,19 @@ from environments.swe_env import SWEEnv
 from swerl.config import DAPOStage, Sampling, SwerlConfig
 from training import rft
 from training.agent import AgentLimits, EpisodeSpec
-from training.checkpoint import load_checkpoint, read_info, save_checkpoint
-from training.dapo import dapo_trainer, dynamic_sampling, iteration_update, samples_from_groups
+from swerl.paths import state_dir
+from training.checkpoint import read_info
+from training.dapo import dynamic_sampling, samples_from_groups
 from training.difficulty import filter_band, pass_rates, stage2_filter
 from training.evaluation import predictions, summarize
 from training.inference.base import SamplingParams
+from training.launch import run_update
+from training.layout import pin_rollout_devices
 from training.rollout import RolloutSpec, RolloutStats, TrajectorySink, collect
-from training.run import (RunContext, backend_for, checkpoint_name, has_checkpoint, model_dir,
+from training.run import (RunContext, backend_for, checkpoint_name, has_checkpoint, is_checkpoint_name, model_dir,
                           publish_checkpoint, safe_name, stored_trajectories, tasks_hash)
 from training.trajectory import Trajectory
+from training.update_job import UpdateJob
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +66,7 @@ def rollouts(ctx: RunContext, batch: str, iteration: int, tasks: list[TaskInstan
         removed = cleanup_leaked()  # sandboxes of processes that died (a killed earlier attempt)
         if removed:
             log.warning("removed %d sandboxes left by dead processes", len(removed))
+    pin_rollout_devices(cfg.gpu)  # before the engine's first start
     backend = backend_for(ctx, policy)
     run_spec = RolloutSpec(**vars(spec), sampling=SamplingParams.from_config(sampling, seed=cfg.seed + iteration),
                            concurrency=cfg.rollout.concurrency)
@@ -111,9 +118,12 @@ def rft_stage(ctx: RunContext, tasks: list[TaskInstance], policy: str = "base") 
     shutil.rmtree(out, ignore_errors=True)
     info = {"stage": "rft", "iteration": 0, "parent": policy, "run_id": ctx.run_id, "version": name,
             "tasks_hash": tasks_hash(chosen)}
-    path = rft.train(resolved, model_dir(ctx, policy), cfg.rft, out, info=info, seed=cfg.seed)
-    ctx.on_metrics("rft", {f"rft/{k}": v for k, v in (read_info(path).get("metrics") or {}).items()}, 0)
-    publish_checkpoint(ctx, path, name)
+    job = rft.rft_job(resolved, model_dir(ctx, policy), cfg.rft, out, info=info, seed=cfg.seed,
+                      rope_parameters=cfg.gpu.rope_parameters)
+    with engine_released(ctx):
+        run_update(job, rft.sft_samples(resolved), cfg.rft.train, cfg.gpu)
+    ctx.on_metrics("rft", {f"rft/{k}": v for k, v in (read_info(out).get("metrics") or {}).items()}, 0)
+    publish_checkpoint(ctx, out, name)
     return name
 
 
@@ -221,29 +231,72 @@ def dapo_iteration(ctx: RunContext, stage: DAPOStagePlan, iteration: int, pool: 
     problems, stats, draws = dapo_rollouts(ctx, stage, iteration, pool, policy)
     t_roll = time.monotonic() - t0
     samples, group_stats = samples_from_groups(prompt_groups(stats.trajectories), ctx.cfg.dapo.adv_delta)
-    t1 = time.monotonic()
-    model, tokenizer = load_policy(ctx, policy)
-    metrics = update_policy(ctx, model, samples, stage.cfg, group_stats, seed=ctx.cfg.seed + iteration)
-    metrics |= rollout_metrics(stats, problems, draws) | {"time/rollout_s": t_roll,
-                                                          "time/training_s": time.monotonic() - t1}
     out = ctx.work / "staging" / name
     shutil.rmtree(out, ignore_errors=True)
-    save_checkpoint(model, tokenizer, out, {
-        "stage": stage.name, "iteration": iteration, "parent": policy, "run_id": ctx.run_id, "version": name,
-        "dataset_hash": tasks_hash(problems), "metrics": metrics})
+    info = {"stage": stage.name, "iteration": iteration, "parent": policy, "run_id": ctx.run_id, "version": name,
+            "dataset_hash": tasks_hash(problems),
+            "metrics": rollout_metrics(stats, problems, draws) | {"time/rollout_s": t_roll}}
+    metrics = info["metrics"] | update_policy(ctx, policy, out, samples, stage.cfg, group_stats, info,
+                                              seed=ctx.cfg.seed + iteration)
     publish_checkpoint(ctx, out, name)
+    drop_train_state(ctx, policy)  # the new checkpoint's state supersedes it
     ctx.on_metrics("dapo", metrics, step)
     return name, metrics
 
 
-def update_policy(ctx: RunContext, model: Any, samples: list, stage: DAPOStage, group_stats: dict[str, float],
-                  seed: int) -> dict[str, float]:
-    """One DAPO update of `model` in place, with the sampler's temperature."""
+def update_policy(ctx: RunContext, policy: str, out: Path, samples: list, stage: DAPOStage,
+                  group_stats: dict[str, float], info: dict[str, Any], seed: int) -> dict[str, float]:
+    """One DAPO update of `policy` into the checkpoint `out`, with the sampler's temperature, going on
+    from `policy`'s optimizer state where it has one; that update's own state is published first."""
     cfg = ctx.cfg
-    steps = -(-len(samples) // stage.batch_size)
-    trainer = dapo_trainer(model, cfg.dapo, stage, steps, cfg.rollout.sampling.temperature)
-    return iteration_update(trainer, samples, cfg.dapo, stage, group_stats=group_stats, seed=seed,
-                            temperature=cfg.rollout.sampling.temperature)
+    state_out = out.parent / f"{out.name}.state"
+    job = UpdateJob(kind="dapo", model_dir=model_dir(ctx, policy), out_dir=str(out), train=cfg.dapo.model_dump(mode="json"),
+                    stage=stage.model_dump(mode="json"), info=info, state_in=train_state_dir(ctx, policy),
+                    state_out=str(state_out), seed=seed, temperature=cfg.rollout.sampling.temperature,
+                    group_stats=group_stats, chunk=cfg.dapo.logprob_chunk, rope_parameters=cfg.gpu.rope_parameters)
+    with engine_released(ctx):
+        metrics = run_update(job, samples, cfg.dapo.train, cfg.gpu)
+    # before the checkpoint: a checkpoint without its state would restart AdamW on resume
+    ctx.store.put_dir(state_out, ctx.key("train-state", out.name))
+    shutil.rmtree(state_out, ignore_errors=True)
+    return metrics
+
+
+def train_state_dir(ctx: RunContext, policy: str) -> str | None:
+    """A local copy of `policy`'s training state (AdamW moments, step count), if the store has one:
+    DAPO checkpoints of this run do; the base model and RFT's checkpoint do not."""
+    key = ctx.key("train-state", policy)
+    if not is_checkpoint_name(policy) or not ctx.store.dir_complete(key):
+        if policy.startswith("dapo-"):
+            log.warning("%s has no training state in the store: this update starts a fresh optimizer", policy)
+        return None
+    local = state_dir() / "train-state" / key
+    shutil.rmtree(local, ignore_errors=True)
+    ctx.store.get_dir(key, local)
+    return str(local)
+
+
+def drop_train_state(ctx: RunContext, policy: str) -> None:
+    """Only the newest training state is needed to go on (or to resume): free the older one."""
+    if is_checkpoint_name(policy):
+        ctx.store.delete(ctx.key("train-state", policy))
+        shutil.rmtree(state_dir() / "train-state" / ctx.key("train-state", policy), ignore_errors=True)
+
+
+@contextmanager
+def engine_released(ctx: RunContext) -> Iterator[None]:
+    """Under `gpu.layout: colocate`, the rollout engine sleeps while the trainer holds the devices."""
+    engine = ctx.engine
+    if ctx.cfg.gpu.layout != "colocate" or engine is None:
+        yield
+        return
+    if not (hasattr(engine, "sleep") and hasattr(engine, "wake_up")):
+        raise RuntimeError(f"gpu.layout colocate: the {type(engine).__name__} engine cannot sleep and wake up")
+    engine.sleep()
+    try:
+        yield
+    finally:
+        engine.wake_up()
 
 
 def rollout_metrics(stats: RolloutStats, problems: list[TaskInstance], draws: int) -> dict[str, float]:
@@ -256,15 +309,6 @@ def rollout_metrics(stats: RolloutStats, problems: list[TaskInstance], draws: in
         "time/generation_s": summary["gen_time_s"], "time/environment_s": summary["env_time_s"],
         "time/grading_s": summary["grade_time_s"],
     }
-
-
-def load_policy(ctx: RunContext, policy: str) -> tuple[Any, Any]:
-    """The policy's weights as a trainable model, and its tokenizer."""
-    path = model_dir(ctx, policy)
-    if policy == "base":  # the configured model: an HF directory, not a swerl checkpoint
-        return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
-    model, tokenizer, _ = load_checkpoint(path)
-    return model, tokenizer
 
 
 # ---------------------------------------------------------------- evaluation

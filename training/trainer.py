@@ -14,26 +14,34 @@ from collections.abc import Callable
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from accelerate import Accelerator
-from accelerate.utils import DistributedType, gather_object
+from accelerate import Accelerator, PartialState
+from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin, gather_object
+from accelerate.utils.environment import parse_flag_from_env
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
-from swerl.config import SFTConfig
 from training.batching import MicroBatch, micro_batches, split_rows
-from training.checkpoint import save_checkpoint
+from training.checkpoint import load_train_state, save_checkpoint, save_train_state
 from training.logprobs import PACKABLE_ATTENTION, token_logprobs
 from training.precision import resolve_dtype
 from training.trajectory import TrainingSample
+
+if TYPE_CHECKING:  # a type only: infra/gpu/check.py runs the trainer where pydantic is absent
+    from swerl.config import SFTConfig
 
 # loss_fn(logprobs [b, L-1], batch, token_count) -> (loss summed over the batch's loss tokens
 # / token_count, metrics). token_count is the whole step's, so the losses of a step's
 # micro-batches add up to its mean; metrics add up the same way, except `*_max`/`*_min` keys.
 LossFn = Callable[[Tensor, MicroBatch, float], tuple[Tensor, dict[str, float]]]
+
+
+def sft_loss(lp: Tensor, mb: MicroBatch, token_count: float) -> tuple[Tensor, dict[str, float]]:
+    """RFT's objective: negative log-likelihood of the loss tokens, over the step's loss-token count."""
+    return -(lp * mb.loss_mask).sum() / token_count, {}
 
 
 def combine_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
@@ -66,8 +74,46 @@ def lr_factor(step: int, warmup: int, total: int, schedule: Literal["cosine", "c
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def make_accelerator() -> Accelerator:
+    """The Accelerator `accelerate launch`'s environment asks for, FSDP on CPU included.
+
+    accelerate 1.15 switches to FSDP only for accelerator devices (`AcceleratorState` checks
+    MULTI_GPU, MULTI_NPU, ...): with `--cpu` an FSDP config silently becomes DDP over gloo. FSDP2
+    itself runs on gloo, so on CPU the FSDP plugin is installed here, the way the GPU path has it.
+    """
+    acc = Accelerator()
+    if acc.distributed_type == DistributedType.MULTI_CPU and parse_flag_from_env("ACCELERATE_USE_FSDP"):
+        plugin = FullyShardedDataParallelPlugin()  # FSDP_* variables set by `accelerate launch`
+        if acc.mixed_precision != "no":
+            plugin.set_mixed_precision(acc.mixed_precision)
+        # AcceleratorState re-reads PartialState's shared dict whenever it is constructed again
+        # (accelerate does that inside its helpers): set the type in both.
+        PartialState().distributed_type = DistributedType.FSDP
+        acc.state.distributed_type = DistributedType.FSDP
+        acc.state.fsdp_plugin = plugin
+    return acc
+
+
+def checkpoint_activations(model: nn.Module) -> None:
+    """Recompute each layer's activations in backward, non-reentrant (FSDP2 needs that). The
+    method's name moved: transformers 5.24 has `activation_checkpointing_enable` (and deprecates
+    the old one), 5.19, which vLLM's CPU build pins, only `gradient_checkpointing_enable`."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def as_float(x: Any) -> float:
+    """A scalar tensor, possibly a replicated DTensor (FSDP2's grad norm), as a float."""
+    if x is None:
+        return float("nan")
+    return float(x.full_tensor() if hasattr(x, "full_tensor") else x)
+
+
 class Trainer:
-    """Model + AdamW + schedule + accelerator. Keep one per stage so AdamW state carries over."""
+    """Model + AdamW + schedule + accelerator. One per update; AdamW state and the step count
+    carry over between updates through `save_state`/`load_state` (DAPO's continuous training)."""
 
     def __init__(self, model: nn.Module, cfg: SFTConfig, total_steps: int, *,
                  lr: float | None = None, chunk: int = 1024,
@@ -77,19 +123,20 @@ class Trainer:
         self.chunk = chunk
         self.temperature = temperature  # the policy is softmax(logits / T): the sampler's T
         self.pad_id = pad_id
-        # Multi-GPU settings (FSDP, ZeRO-3, bf16 policy) come from `accelerate launch`'s env.
-        self.accelerator = Accelerator()
+        # Group settings (FSDP2, bf16 policy) come from `accelerate launch`'s env.
+        self.accelerator = make_accelerator()
         self.progress = progress and self.accelerator.is_main_process
         if cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            checkpoint_activations(model)
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr or cfg.lr,
                                       weight_decay=cfg.weight_decay)
-        warmup = math.ceil(cfg.warmup_ratio * total_steps)
+        self.steps_done = 0  # optimizer steps so far, earlier updates' included (load_state)
+        self.step_offset = 0  # steps done before this Trainer: the schedule goes on from there
+        factor = partial(lr_factor, warmup=math.ceil(cfg.warmup_ratio * total_steps), total=total_steps,
+                         schedule=schedule)
         # Not passed to prepare(): accelerate would step it once per process.
-        self.scheduler = LambdaLR(optimizer, partial(lr_factor, warmup=warmup, total=total_steps,
-                                                     schedule=schedule))
+        self.scheduler = LambdaLR(optimizer, lambda s: factor(s + self.step_offset))
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
-        self.steps_done = 0
 
     # ---- distribution helpers -------------------------------------------------------------
     @property
@@ -211,7 +258,7 @@ class Trainer:
         elapsed = time.perf_counter() - t0
         return {
             **self.global_metrics(combine_metrics(parts)),  # token means over the step
-            "grad_norm": float(grad_norm) if grad_norm is not None else float("nan"),
+            "grad_norm": as_float(grad_norm),
             "lr": lr,
             "loss_tokens": loss_tokens,
             "tokens": real_tokens,
@@ -228,14 +275,60 @@ class Trainer:
         self.accelerator.wait_for_everyone()
         self.accelerator.end_training()
 
+    @property
+    def sharded(self) -> bool:
+        """Whether each process holds only a shard of the weights and optimizer state (FSDP2)."""
+        return self.accelerator.is_fsdp2
+
+    def export_dtype(self) -> torch.dtype:
+        """The checkpoint's float type: bf16 for a sharded bf16 run (rank 0 never holds a full fp32
+        copy; the fp32 master weights go on in `save_state`), else the weights as trained."""
+        bf16 = resolve_dtype(self.cfg.dtype, self.device.type) == "bfloat16"
+        return torch.bfloat16 if self.sharded and bf16 else torch.float32
+
+    def _full_state_dict(self) -> dict[str, Tensor] | None:
+        """The whole model's weights on the main process (None elsewhere), gathered one tensor at
+        a time and cast to `export_dtype` on the way: a bf16 run never holds a full fp32 copy."""
+        if not self.sharded:
+            return None
+        dtype, main = self.export_dtype(), self.accelerator.is_main_process
+        out = {}
+        for name, t in self.model.state_dict().items():
+            full = t.full_tensor() if hasattr(t, "full_tensor") else t  # a collective: every rank
+            if main:
+                out[name] = full.detach().to("cpu", dtype if full.is_floating_point() else full.dtype, copy=True)
+            del full
+        return out if main else None
+
     def save(self, out_dir: str | Path, tokenizer: Any, info: dict[str, Any]) -> Path:
         """Gather the (possibly sharded) weights and write a checkpoint from the main process."""
         acc = self.accelerator
-        state = acc.get_state_dict(self.model)
+        state = self._full_state_dict()
         if acc.is_main_process:
             save_checkpoint(self.unwrapped(), tokenizer, out_dir, info, state_dict=state)
         acc.wait_for_everyone()
         return Path(out_dir)
+
+    def save_state(self, out_dir: str | Path) -> Path:
+        """AdamW's moments and the step count (plus the fp32 master shards when sharded), for the
+        next update to go on from; see `training.checkpoint.save_train_state`."""
+        save_train_state(out_dir, self.unwrapped(), self.optimizer.optimizer, self.steps_done,
+                         sharded=self.sharded, main=self.accelerator.is_main_process)
+        self.accelerator.wait_for_everyone()
+        return Path(out_dir)
+
+    def load_state(self, state_dir: str | Path) -> None:
+        """Go on from an earlier update's `save_state`: its AdamW moments and step count, with this
+        Trainer's own hyperparameters (a new DAPO stage has its own lr) and schedule position."""
+        opt = self.optimizer.optimizer
+        hyper = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+        self.steps_done = load_train_state(state_dir, self.unwrapped(), opt, sharded=self.sharded)
+        for group, mine in zip(opt.param_groups, hyper):
+            group.update(mine)
+        self.step_offset = self.steps_done - self.scheduler.last_epoch
+        for group, base, fn in zip(opt.param_groups, self.scheduler.base_lrs, self.scheduler.lr_lambdas):
+            group["lr"] = base * fn(self.scheduler.last_epoch)
+        self.scheduler._last_lr = [g["lr"] for g in opt.param_groups]
 
 
 def head_positions(mb: MicroBatch) -> Tensor:

@@ -13,14 +13,16 @@ import pytest
 import torch
 
 from swerl.config import DAPOConfig, DAPOStage, SFTConfig
-from training import rft
+from training import dapo, rft
 from training.batching import collate, length_groups, micro_batches, padding_share
-from training.checkpoint import read_info, save_checkpoint
+from training.checkpoint import (IncompleteCheckpoint, load_checkpoint, load_train_state, read_info,
+                                 read_state_info, save_checkpoint)
 from training.dapo import dapo_trainer, iteration_update
 from bench.synthetic import make_trajectory, synthetic_samples, tiny_llama, tiny_tokenizer
 from training.logprobs import naive_token_logprobs
 from training.trainer import Trainer, lr_factor
 from training.trajectory import training_sample
+from training.update_job import UpdateJob
 
 pytestmark = pytest.mark.unit
 
@@ -258,3 +260,69 @@ def test_two_processes_match_one(tmp_path):
     assert two["loss"] == pytest.approx(one["loss"], abs=1e-6)
     assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-5)
     assert two["w"] == pytest.approx(one["w"], abs=1e-4)
+
+
+def _dapo_job(tmp_path, model_dir, name, stage, state_in=None):
+    cfg = DAPOConfig(stages=[stage], train=_cfg())
+    return UpdateJob(kind="dapo", model_dir=str(model_dir), out_dir=str(tmp_path / name),
+                     train=cfg.model_dump(mode="json"), stage=stage.model_dump(mode="json"),
+                     state_in=state_in and str(state_in), state_out=str(tmp_path / f"{name}.state"))
+
+
+def test_dapo_iteration_two_starts_from_iteration_ones_optimizer(tmp_path):
+    torch.manual_seed(0)
+    model = tiny_llama()
+    base = save_checkpoint(model, tiny_tokenizer(), tmp_path / "base", {"stage": "base"})
+    samples = _dapo_samples(model, shift=0.0)
+    stage1 = DAPOStage(batch_size=1, lr=1e-2, max_turns=4, l_thr=3)
+    m1 = dapo.run_job(_dapo_job(tmp_path, base, "it0", stage1), samples)
+    assert m1["steps"] == 2 and m1["optimizer_steps_total"] == 2
+    saved = torch.load(tmp_path / "it0.state" / "optimizer.pt", weights_only=True)["state"]
+    assert read_state_info(tmp_path / "it0.state")["steps_done"] == 2
+
+    # iteration 2's trainer (another DAPO stage: its own lr) loads exactly what iteration 1 left
+    stage2 = DAPOStage(batch_size=1, lr=5e-3, max_turns=4, l_thr=3)
+    reloaded, _, _ = load_checkpoint(tmp_path / "it0")
+    trainer = dapo_trainer(reloaded, DAPOConfig(stages=[stage2], train=_cfg()), stage2, 2, progress=False)
+    trainer.load_state(tmp_path / "it0.state")
+    opt = trainer.optimizer.optimizer
+    names = [n for n, _ in trainer.unwrapped().named_parameters()]
+    for name, p in zip(names, opt.param_groups[0]["params"]):
+        mine, theirs = opt.state[p], saved[name]
+        assert float(mine["step"]) == float(theirs["step"]) == 2.0
+        assert torch.equal(mine["exp_avg"], theirs["exp_avg"]) and torch.equal(mine["exp_avg_sq"], theirs["exp_avg_sq"])
+    assert opt.param_groups[0]["lr"] == 5e-3 and trainer.steps_done == 2
+    assert any(float(saved[n]["exp_avg"].abs().sum()) > 0 for n in names)
+
+    m2 = dapo.run_job(_dapo_job(tmp_path, tmp_path / "it0", "it1", stage2, state_in=tmp_path / "it0.state"), samples)
+    assert m2["optimizer_steps_total"] == 4 and m2["lr"] == 5e-3
+    after = torch.load(tmp_path / "it1.state" / "optimizer.pt", weights_only=True)["state"]
+    assert all(float(after[n]["step"]) == 4.0 for n in names)
+    # a fresh optimizer would have taken other steps from the same weights and samples
+    fresh = dapo.run_job(_dapo_job(tmp_path, tmp_path / "it0", "it1-fresh", stage2), samples)
+    w_carried = load_checkpoint(tmp_path / "it1")[0].state_dict()
+    w_fresh = load_checkpoint(tmp_path / "it1-fresh")[0].state_dict()
+    assert fresh["optimizer_steps_total"] == 2
+    assert any(not torch.equal(w_carried[k], w_fresh[k]) for k in w_carried)
+
+
+def test_training_state_refuses_another_layout(tmp_path):
+    torch.manual_seed(0)
+    t = Trainer(tiny_llama(), _cfg(), total_steps=1, progress=False)
+    t.step(t.micro_batches(synthetic_samples([30], vocab=128), [0]), rft.sft_loss)
+    t.save_state(tmp_path / "st")
+    with pytest.raises(ValueError, match="saved 'torch', this trainer is 'dcp'"):
+        load_train_state(tmp_path / "st", t.unwrapped(), t.optimizer.optimizer, sharded=True)
+    (tmp_path / "st" / "train_state.json").unlink()
+    with pytest.raises(IncompleteCheckpoint):
+        t.load_state(tmp_path / "st")
+
+
+def test_an_update_without_steps_hands_on_no_invented_adamw_step(tmp_path):
+    torch.manual_seed(0)
+    t = Trainer(tiny_llama(), _cfg(), total_steps=1, progress=False)
+    t.save_state(tmp_path / "st")
+    assert read_state_info(tmp_path / "st")["empty"] and not (tmp_path / "st" / "optimizer.pt").exists()
+    t2 = Trainer(tiny_llama(), _cfg(), total_steps=1, progress=False)
+    t2.load_state(tmp_path / "st")
+    assert not t2.optimizer.optimizer.state and t2.steps_done == 0
