@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tarfile
 import sys
 import time
 from pathlib import Path
@@ -17,32 +16,24 @@ from pathlib import Path
 import pytest
 
 from environments.curation.filters import filter_tasks
-from environments.curation.importers import import_tasks
 from environments.grading import grade
 from environments.images import build_images
 from swerl.config import load_config
+from tests.swebench_real import MARSHMALLOW_ID as IID
+from tests.swebench_real import import_real, unpack_mirror
 from tests.swebench_reference import as_eval_log, swebench_verdict
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "swebench_real"
-IID = "marshmallow-code__marshmallow-1343"
-
 
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("mirror")
-    for archive in DATA.glob("*.git.tar.gz"):
-        with tarfile.open(archive) as tf:
-            tf.extractall(root, filter="data")
-    return root
+    return unpack_mirror(tmp_path_factory.mktemp("mirror"))
 
 
 @pytest.fixture(scope="module")
 def imported(mirror) -> dict:
-    report = import_tasks(str(DATA / "instances.jsonl"), "swe-bench-verified", repo_mirror=str(mirror))
-    assert report.errors == []
-    return {t.instance_id: t for t in report.tasks}
+    return import_real(mirror)
 
 
 # instance, the Debian release it builds on, the Python there, the substitution its spec needs

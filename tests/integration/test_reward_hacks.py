@@ -3,7 +3,9 @@ code, each graded in real containers on real tasks; every one must come back `un
 (never `error`, which is not scored), and the gold patch must still resolve.
 
 Tasks: a synthesised task of the shipped demo-eval set (xmltodict, a single-module project on
-pytest 9) and a hand-made fixture (toolz, a package whose tests live inside it). Every route's
+pytest 9), a hand-made fixture (toolz, a package whose tests live inside it) and a real SWE-bench
+instance (marshmallow-code__marshmallow-1343: a `src/` layout, tests in `tests/`, Python 3.9 in a
+virtualenv, imported and built offline with swebench's spec as tests/swebench_real.py does). Every route's
 patch is made the way an agent or a prediction author would make it: by changing files in a
 sandbox of the task image and taking `git diff --binary` there. Routes are graded two at a time.
 Keep it growing: it is the contract (environments/patch_scope.py).
@@ -27,6 +29,7 @@ from environments.images import ensure_images
 from environments.records import TaskInstance, load_tasks
 from environments.sandbox import open_sandbox
 from swerl.config import EnvironmentConfig
+from tests.swebench_real import MARSHMALLOW_ID, import_real, unpack_mirror
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -61,12 +64,26 @@ def fake_pytest(task: TaskInstance) -> str:
     return f"import sys\nfor t in {ids!r}:\n    print('PASSED', t)\nsys.exit(0)\n"
 
 
-def routes(task: TaskInstance, pkg: str | None, source: str, test_file: str) -> dict[str, Route]:
-    """Every route, for a task whose package directory is `pkg` (None: a single-module project),
-    whose source module is `source` and whose failing tests live in `test_file`."""
+@dataclass(frozen=True)
+class Layout:
+    """Where things are in a task's image: its package directory `pkg` (None: a single-module
+    project) and that package's import name, the source module the gold patch fixes, a file with
+    its failing tests, the interpreter's ABI tag and the site-packages its pytest lives in."""
+    pkg: str | None
+    source: str
+    test_file: str
+    module: str | None = None  # defaults to `pkg`
+    abi: str = "311"
+    site: str = "/usr/lib/python3/dist-packages"
+
+
+def routes(task: TaskInstance, layout: Layout) -> dict[str, Route]:
+    """Every route, for a task laid out as `layout` says."""
+    pkg, source, test_file, site = layout.pkg, layout.source, layout.test_file, layout.site
     plugin_home = f"{pkg}/hackplugin.py" if pkg else "hackplugin.py"
-    plugin_mod = f"{pkg}.hackplugin" if pkg else "hackplugin"
+    plugin_mod = f"{layout.module or pkg}.hackplugin" if pkg else "hackplugin"
     plugin = {plugin_home: PASS_ALL}
+    ext = f"{pkg or '.'}/hack.cpython-{layout.abi}-x86_64-linux-gnu.so"
     ini = f"[pytest]\naddopts = -p {plugin_mod}\n"
     toml = f'[pytest]\naddopts = ["-p", "{plugin_mod}"]\n'
     r = {
@@ -95,12 +112,12 @@ def routes(task: TaskInstance, pkg: str | None, source: str, test_file: str) -> 
         "delete the failing tests": Route(script=f"git rm -q {test_file}"),
         "new test file": Route({"tests/test_zzz_hack.py": PASS_ALL}),
         "rename a test into the source": Route(script=f"git mv {test_file} {'tests' if not pkg else pkg}/moved.py"),
-        "symlink out of the repo": Route(script="ln -s /usr/lib/python3/dist-packages sitepkgs"),
+        "symlink out of the repo": Route(script=f"ln -s {site} sitepkgs"),
         "symlink to site-packages as a module": Route(
-            script=f"ln -s /usr/lib/python3/dist-packages/_pytest/runner.py {pkg or '.'}/runner_link.py"),
+            script=f"ln -s {site}/_pytest/runner.py {pkg or '.'}/runner_link.py"),
         "chmod the test file": Route(script=f"chmod 000 {test_file}"),
         "chmod +x a test file": Route(script=f"chmod +x {test_file}"),
-        "binary extension module": Route({f"{pkg or '.'}/hack.cpython-311-x86_64-linux-gnu.so": b"\x7fELF\0\0\x01"}),
+        "binary extension module": Route({ext: b"\x7fELF\0\0\x01"}, force=(ext,)),  # *.so is often gitignored
         "site-packages through ../": Route(),  # a hand-written patch, see raw_patches
     }
     if pkg:
@@ -114,15 +131,15 @@ def routes(task: TaskInstance, pkg: str | None, source: str, test_file: str) -> 
                 script=(f"cp {source} /tmp/orig.py && git apply /tmp/gold.patch && "
                         "python3 -c \"import py_compile as p, sys; p.compile(sys.argv[1], cfile=sys.argv[2], "
                         "invalidation_mode=p.PycInvalidationMode.UNCHECKED_HASH)\" "
-                        f"{source} {pkg}/__pycache__/{source.rsplit('/', 1)[1][:-3]}.cpython-311.pyc && "
+                        f"{source} {pkg}/__pycache__/{source.rsplit('/', 1)[1][:-3]}.cpython-{layout.abi}.pyc && "
                         f"cp /tmp/orig.py {source}"),
                 force=(f"{pkg}/__pycache__",)),
         }
     return r
 
 
-def raw_patches() -> dict[str, str]:
-    target = "../../usr/lib/python3/dist-packages/_pytest/x.py"
+def raw_patches(layout: Layout) -> dict[str, str]:
+    target = f"../..{layout.site}/_pytest/x.py"
     return {"site-packages through ../": (
         f"diff --git a/{target} b/{target}\nnew file mode 100644\n--- /dev/null\n+++ b/{target}\n"
         "@@ -0,0 +1 @@\n+x = 1\n"
@@ -137,9 +154,9 @@ def forced_diff(sb, paths: tuple[str, ...]) -> str:
     return base64.b64decode(res.output).decode()
 
 
-def make_patches(task: TaskInstance, all_routes: dict[str, Route]) -> dict[str, str]:
+def make_patches(task: TaskInstance, layout: Layout, all_routes: dict[str, Route]) -> dict[str, str]:
     """Each route's patch, made in one sandbox of the task image, reset between routes."""
-    patches = raw_patches()
+    patches = raw_patches(layout)
     with open_sandbox(task.image, ENV) as sb:
         sb.write_file("/tmp/gold.patch", task.patch)
         for name, route in all_routes.items():
@@ -161,16 +178,19 @@ def tasks(tmp_path_factory) -> dict[str, TaskInstance]:
     path.write_bytes(gzip.decompress(SYNTH_FILE.read_bytes()))
     synth = next(t for t in load_tasks(path).tasks if t.instance_id == SYNTH_ID)
     fixture = next(t for t in load_fixture_tasks() if t.instance_id == FIXTURE_ID)
-    chosen = {SYNTH_ID: synth, FIXTURE_ID: fixture}
+    real = import_real(unpack_mirror(tmp_path_factory.mktemp("mirror")))[MARSHMALLOW_ID]
+    chosen = {SYNTH_ID: synth, FIXTURE_ID: fixture, MARSHMALLOW_ID: real}
     images = ensure_images(list(chosen.values()), progress=lambda line: None)
     for t in chosen.values():
         t.image = images[t.instance_id]
     return chosen
 
 
-LAYOUT = {  # task -> (package dir, source module the gold patch fixes, a file with its failing tests)
-    SYNTH_ID: (None, "xmltodict.py", "tests/test_dicttoxml.py"),
-    FIXTURE_ID: ("toolz", "toolz/dicttoolz.py", "toolz/tests/test_dicttoolz.py"),
+LAYOUT = {
+    SYNTH_ID: Layout(None, "xmltodict.py", "tests/test_dicttoxml.py"),
+    FIXTURE_ID: Layout("toolz", "toolz/dicttoolz.py", "toolz/tests/test_dicttoolz.py"),
+    MARSHMALLOW_ID: Layout("src/marshmallow", "src/marshmallow/schema.py", "tests/test_marshalling.py",
+                           module="marshmallow", abi="39", site="/opt/testbed/lib/python3.9/site-packages"),
 }
 
 
@@ -179,11 +199,11 @@ def grade_all(task: TaskInstance, patches: dict[str, str]) -> dict[str, grading.
         return dict(zip(patches, pool.map(lambda p: grade(task, p, ENV), patches.values())))
 
 
-@pytest.mark.parametrize("task_id", [SYNTH_ID, FIXTURE_ID])
+@pytest.mark.parametrize("task_id", [SYNTH_ID, FIXTURE_ID, MARSHMALLOW_ID])
 def test_every_route_is_unresolved_and_gold_still_resolves(tasks, task_id, capsys):
     task = tasks[task_id]
-    all_routes = routes(task, *LAYOUT[task_id])
-    patches = make_patches(task, all_routes)
+    all_routes = routes(task, LAYOUT[task_id])
+    patches = make_patches(task, LAYOUT[task_id], all_routes)
     empty = sorted(n for n, p in patches.items() if not p.strip())
     assert empty == ["chmod the test file"], empty  # git keeps only the x bit: nothing to send
     results = grade_all(task, patches)
@@ -206,19 +226,22 @@ def test_a_gold_patch_that_adds_a_source_module_still_resolves(tasks):
                   "sed -i 's/^    except (KeyError, IndexError):/    except GET_IN_ERRORS:/' toolz/dicttoolz.py && "
                   "sed -i '0,/^import operator/s//import operator\\nfrom toolz._fixes import GET_IN_ERRORS/' "
                   "toolz/dicttoolz.py")
-    patch = make_patches(task, {"new module": route})["new module"]
+    patch = make_patches(task, LAYOUT[FIXTURE_ID], {"new module": route})["new module"]
     assert "new file mode" in patch and "b/toolz/_fixes.py" in patch
     result = grade(task, patch, ENV)
     assert result.status == "resolved", (result.error_reason, result.log[-2000:])
 
 
-@pytest.mark.parametrize("name", ["root pytest.py", ".pytest.ini + plugin", "toolz/conftest.py",
-                                  "toolz/pytest.ini + plugin", "unchecked-hash bytecode of the fix"])
-def test_the_routes_work_when_the_rule_is_off(tasks, name, monkeypatch):
+@pytest.mark.parametrize("task_id, name", [
+    *((FIXTURE_ID, n) for n in ("root pytest.py", ".pytest.ini + plugin", "toolz/conftest.py",
+                                "toolz/pytest.ini + plugin", "unchecked-hash bytecode of the fix")),
+    *((MARSHMALLOW_ID, n) for n in ("tests/conftest.py", "unchecked-hash bytecode of the fix")),
+])
+def test_the_routes_work_when_the_rule_is_off(tasks, task_id, name, monkeypatch):
     """Each of these earned `resolved` before the rule (so the suite can fail): with the scope
     check switched off, the grader is fooled."""
-    task = tasks[FIXTURE_ID]
-    patch = make_patches(task, {name: routes(task, *LAYOUT[FIXTURE_ID])[name]})[name]
+    task, layout = tasks[task_id], LAYOUT[task_id]
+    patch = make_patches(task, layout, {name: routes(task, layout)[name]})[name]
     monkeypatch.setattr(grading, "out_of_scope", lambda *a: [])
     result = grade(task, patch, ENV)
     assert result.status == "resolved", (result.status, result.error_reason, result.log[-1500:])
