@@ -129,7 +129,6 @@ class VLLMEngineConfig(Strict):
     # off: per-request seeds with a chunked prefill crash the CPU engine ("CPU Generator does not
     # use offset"); whole-prompt prefills keep every seeded row reproducible
     chunked_prefill: bool = False
-    max_model_len: int | None = Field(None, ge=256)  # None = the model's own context length
     max_num_seqs: int | None = Field(None, ge=1)  # requests batched at once; None = vLLM's default
 
 

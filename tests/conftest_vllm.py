@@ -14,7 +14,8 @@ import pytest
 from swerl.config import VLLMEngineConfig
 
 # the test engine: no compile, a 1 GiB KV cache, short contexts
-TEST_ENGINE = VLLMEngineConfig(enforce_eager=True, kv_cache_gib=1, max_model_len=2048)
+TEST_ENGINE = VLLMEngineConfig(enforce_eager=True, kv_cache_gib=1)
+TEST_MAX_MODEL_LEN = 2048  # what gpu.max_model_len gives a run's engine
 
 
 def hf_model(path: str | Path) -> Any:

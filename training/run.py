@@ -96,11 +96,13 @@ def publish_checkpoint(ctx: RunContext, local_dir: str | Path, name: str) -> str
 def backend_for(ctx: RunContext, policy: str) -> Any:
     """One inference backend per run, started once; a policy change loads the new weights into it."""
     from training.inference import make_backend
+    from training.layout import vllm_engine_kwargs
 
     path = model_dir(ctx, policy)
     t0 = time.monotonic()
     if ctx.engine is None:
-        ctx.engine = make_backend(ctx.cfg.rollout.model_copy(update={"model": path}))
+        ctx.engine = make_backend(ctx.cfg.rollout.model_copy(update={"model": path}),
+                                  engine_kwargs=vllm_engine_kwargs(ctx.cfg.gpu))
         log.info("rollout engine %s started on %s in %.1f s", type(ctx.engine).__name__, policy,
                  time.monotonic() - t0)
     elif ctx.engine_policy_path != path:

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from tests.conftest_model import chat_prompt, default_model_dir  # noqa: F401
-from tests.conftest_vllm import TEST_ENGINE, hf_model, shifted_checkpoint, trainer_logprobs  # noqa: F401
+from tests.conftest_vllm import TEST_ENGINE, TEST_MAX_MODEL_LEN, hf_model, shifted_checkpoint, trainer_logprobs  # noqa: F401
 from training.inference import vllm_backend
 from training.inference.base import SamplingParams
 
@@ -22,7 +22,8 @@ QUESTIONS = ["What is 2+2?", "Name three colors.", "hi", "Write a haiku about th
 
 @pytest.fixture(scope="module")
 def engine(default_model_dir):
-    backend = vllm_backend.VLLMBackend(str(default_model_dir), dtype="float32", seed=0, engine=TEST_ENGINE)
+    backend = vllm_backend.VLLMBackend(str(default_model_dir), dtype="float32", seed=0, engine=TEST_ENGINE,
+                                       max_model_len=TEST_MAX_MODEL_LEN)
     yield backend
     backend.close()
 

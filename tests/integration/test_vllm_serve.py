@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.conftest_model import chat_prompt, default_model_dir  # noqa: F401
-from tests.conftest_vllm import TEST_ENGINE, hf_model, shifted_checkpoint, trainer_logprobs  # noqa: F401
+from tests.conftest_vllm import TEST_ENGINE, TEST_MAX_MODEL_LEN, hf_model, shifted_checkpoint, trainer_logprobs  # noqa: F401
 from training.inference.base import SamplingParams
 from training.inference.openai_client import OpenAIBackend, vllm_serve_command
 
@@ -32,7 +32,7 @@ def server_url(default_model_dir, tmp_path_factory):
 
     port = free_port()
     argv, env = vllm_serve_command(sys.executable, str(default_model_dir), port, extra=(
-        "--dtype", "float32", "--enforce-eager", "--max-model-len", str(TEST_ENGINE.max_model_len),
+        "--dtype", "float32", "--enforce-eager", "--max-model-len", str(TEST_MAX_MODEL_LEN),
         "--kv-cache-memory-bytes", str(int(TEST_ENGINE.kv_cache_gib * 2**30)), "--no-enable-chunked-prefill"))
     log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
     with open(log, "w") as out:

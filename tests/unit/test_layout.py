@@ -123,3 +123,44 @@ def test_colocated_engine_sleeps_during_the_update():
     with pytest.raises(RuntimeError, match="cannot sleep"):
         with engine_released(_Ctx("colocate", object())):
             pass
+
+
+def test_the_runs_engine_is_started_with_the_layouts_arguments(monkeypatch):
+    """backend_for hands `gpu`'s vLLM arguments to the engine it starts (gpu-7b: TP 2, 32k)."""
+    from training import run
+    from training.inference import vllm_backend
+
+    started = {}
+
+    class FakeLLM:
+        def __init__(self, model, **kwargs):
+            started.update(kwargs, model=model)
+
+        def get_tokenizer(self):
+            return None
+
+    monkeypatch.setattr(vllm_backend, "import_vllm", lambda: type("V", (), {"LLM": FakeLLM}))
+    monkeypatch.setattr(vllm_backend, "generation_eos", lambda path: None)
+    monkeypatch.setattr(vllm_backend, "resolve_model", lambda name: name)
+    monkeypatch.setattr(vllm_backend, "policy_version_of", lambda path: "base")
+    monkeypatch.setattr(vllm_backend, "stop_ids_for", lambda tok, eos: {0})
+    cfg = load_config("gpu-7b", ["rollout.model=/m"])
+    ctx = type("Ctx", (), {"cfg": cfg, "engine": None, "engine_policy_path": None})()
+    monkeypatch.setattr(run, "model_dir", lambda ctx, policy: "/m")
+    run.backend_for(ctx, "base")
+    assert started["tensor_parallel_size"] == 2 and started["max_model_len"] == 32768
+    assert started["gpu_memory_utilization"] == 0.9 and started["model"] == "/m"
+
+
+def test_vllm_backend_sleeps_and_wakes_through_vllms_api():
+    from training.inference.vllm_backend import VLLMBackend
+
+    calls = []
+    llm = type("LLM", (), {"sleep": lambda s, level: calls.append(("sleep", level)),
+                           "wake_up": lambda s: calls.append(("wake_up",)),
+                           "reset_prefix_cache": lambda s: calls.append(("reset",))})()
+    backend = VLLMBackend.__new__(VLLMBackend)
+    backend.llm = llm
+    with engine_released(_Ctx("colocate", backend)):
+        assert calls == [("sleep", 1)]
+    assert calls == [("sleep", 1), ("wake_up",), ("reset",)]

@@ -8,6 +8,7 @@ process, its CPU or CUDA build; where it is not installed, ``hf`` with a warning
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from swerl.config import RolloutConfig
 from training.inference.base import Completion, InferenceBackend, SamplingParams
@@ -17,7 +18,8 @@ __all__ = ["Completion", "InferenceBackend", "SamplingParams", "make_backend"]
 log = logging.getLogger(__name__)
 
 
-def make_backend(rollout: RolloutConfig) -> InferenceBackend:
+def make_backend(rollout: RolloutConfig, engine_kwargs: dict[str, Any] | None = None) -> InferenceBackend:
+    """`engine_kwargs`: vLLM engine arguments the GPU layout decides (training.layout)."""
     if rollout.backend == "hf":
         # multi-turn episodes re-send their whole context each turn: reuse the earlier turns' KV
         from training.inference.prefix_cache import PrefixCachingHFBackend
@@ -35,5 +37,6 @@ def make_backend(rollout: RolloutConfig) -> InferenceBackend:
         except ImportError as err:
             log.warning("rollout.backend=vllm: %s; falling back to rollout.backend=hf", err)
             return make_backend(rollout.model_copy(update={"backend": "hf"}))
-        return VLLMBackend(rollout.model, dtype=rollout.dtype, seed=rollout.seed, engine=rollout.vllm)
+        return VLLMBackend(rollout.model, dtype=rollout.dtype, seed=rollout.seed, engine=rollout.vllm,
+                           **(engine_kwargs or {}))
     raise ValueError(f"unknown rollout.backend {rollout.backend!r}")

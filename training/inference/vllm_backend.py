@@ -55,8 +55,6 @@ def engine_args(cfg: VLLMEngineConfig) -> dict[str, Any]:
                             "enable_prefix_caching": True, "worker_extension_cls": EXTENSION}
     if cfg.kv_cache_gib is not None:
         args["kv_cache_memory_bytes"] = int(cfg.kv_cache_gib * 2**30)
-    if cfg.max_model_len is not None:
-        args["max_model_len"] = cfg.max_model_len
     if cfg.max_num_seqs is not None:
         args["max_num_seqs"] = cfg.max_num_seqs
     return args
@@ -131,6 +129,16 @@ class VLLMBackend:
     def engine_pids(self) -> list[int]:
         """The worker processes' ids (one per tensor-parallel rank)."""
         return [int(p) for p in self.llm.collective_rpc("swerl_pid")]
+
+    def sleep(self) -> None:
+        """Free the devices for the trainer (`gpu.layout: colocate`): level 1 moves the weights to
+        host memory and drops the KV cache; needs the engine started with `enable_sleep_mode`."""
+        self.llm.sleep(level=1)
+
+    def wake_up(self) -> None:
+        """Back on the devices; the prefix cache is empty, as after a weight sync."""
+        self.llm.wake_up()
+        self.llm.reset_prefix_cache()
 
     def close(self) -> None:
         if self.llm is None:
