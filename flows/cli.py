@@ -9,10 +9,11 @@ flows/cli_ops.py (machine and stack), flows/cli_runs.py (pipeline runs) and flow
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from flows import cli_data, cli_ops, cli_runs
-from swerl.config import ConfigError
+from flows.cli_common import expected_errors, one_line
 
 # in `swerl --help` order
 COMMANDS = [
@@ -55,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     install_exit_handlers()
     try:
         return int(args.func(args) or 0)
-    except ConfigError as e:
-        print(f"swerl: {e}", file=sys.stderr)
+    except expected_errors() as e:  # bad input or an unavailable machine: one line, no traceback
+        if os.environ.get("SWERL_DEBUG"):
+            raise
+        print(f"swerl: {one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("swerl: interrupted", file=sys.stderr)

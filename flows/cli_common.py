@@ -71,10 +71,13 @@ def tasks_with_images(path: str) -> list:
 def expected_errors() -> tuple[type[BaseException], ...]:
     """What bad input or an unavailable machine raises: a message for the user, not a bug."""
     from environments.base_image import ImageBuildError
+    from environments.curation.curate import CurationError
     from environments.sandbox import SandboxError
+    from swerl.model_cache import ModelResolutionError
     from swerl.store import StoreUnavailable
 
-    return (OSError, ValueError, ImageBuildError, SandboxError, StoreUnavailable)
+    return (OSError, ValueError, ImageBuildError, SandboxError, StoreUnavailable, CurationError,
+            ModelResolutionError)
 
 
 def one_line(e: BaseException) -> str:
