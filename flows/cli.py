@@ -14,6 +14,7 @@ import sys
 
 from flows import cli_data, cli_ops, cli_runs
 from flows.cli_common import expected_errors, one_line
+from swerl.config import ConfigError
 
 # in `swerl --help` order
 COMMANDS = [
@@ -59,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     except expected_errors() as e:  # bad input or an unavailable machine: one line, no traceback
         if os.environ.get("SWERL_DEBUG"):
             raise
-        print(f"swerl: {one_line(e)}", file=sys.stderr)
+        # a config error lists every bad key, one per line; anything else is one line
+        print(f"swerl: {e if isinstance(e, ConfigError) else one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("swerl: interrupted", file=sys.stderr)
