@@ -20,6 +20,7 @@ from tasks import stage_tasks as st
 from tasks.curate_tasks import curate_task
 from tasks.progress import FlowProgress
 from tasks.reports import final_report
+from tasks.retry import retry_delays
 from tasks.run_context import RunRef, open_run
 from training.stages import dapo_plan
 
@@ -40,9 +41,11 @@ def _ref(preset: str | None, overrides: list[str] | None, run_id: str | None) ->
 
 
 def _run(task: Task, ref: RunRef, *args: Any, **kwargs: Any) -> Any:
-    """Run one of tasks/' Prefect tasks for this run, with the run's `orchestration.retries`."""
-    retries = open_run(ref).ctx.cfg.orchestration.retries
-    return task.with_options(retries=retries)(ref, *args, **kwargs)
+    """Run one of tasks/' Prefect tasks for this run, with the run's `orchestration.retries` and
+    `retry_delay_s` (the first retry's delay; later ones back off exponentially from it)."""
+    orch = open_run(ref).ctx.cfg.orchestration
+    return task.with_options(retries=orch.retries, retry_delay_seconds=retry_delays(orch.retry_delay_s))(
+        ref, *args, **kwargs)
 
 
 def _eval_table(reports: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -36,6 +36,11 @@ def retry_on_infra(task: Any, task_run: Any, state: Any) -> bool:
 # `@task(**RETRYABLE_TASK)`: every pipeline task is an idempotent unit (it finds its finished work
 # in the store), so it may be retried as a whole. Nothing is cached and no result is persisted:
 # the store is the only record (ARCHITECTURE.md, "Tracking and orchestration").
+def retry_delays(first_s: float) -> Any:
+    """Prefect's exponential backoff starting at `first_s` (orchestration.retry_delay_s)."""
+    return exponential_backoff(backoff_factor=first_s)
+
+
 RETRYABLE_TASK: dict[str, Any] = dict(
-    retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=10), retry_jitter_factor=0.5,
+    retries=3, retry_delay_seconds=retry_delays(10.0), retry_jitter_factor=0.5,
     retry_condition_fn=retry_on_infra, cache_policy=NO_CACHE, persist_result=False, log_prints=True)
