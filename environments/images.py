@@ -27,7 +27,7 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from environments.base_image import (
     DEFAULT_RELEASE, RELEASES, ImageBuildError, Progress, ensure_base_image, image_id, run_build_tool,
@@ -423,28 +423,14 @@ def build_images(tasks: list[TaskInstance], progress: Progress = print, workers:
     bases: dict[str, str | Exception] = {}
     for s in unique.values():
         if s.python not in bases:
-            try:
-                bases[s.python] = base_for(s, progress)
-            except ImageBuildError as e:
-                bases[s.python] = e
+            bases[s.python] = _layer(lambda: base_for(s, progress))
 
     def env(s: EnvSpec) -> str | Exception:
-        base = bases[s.python]
-        if isinstance(base, Exception):
-            return base
-        try:
-            return build_env_image(s, base, progress)
-        except ImageBuildError as e:
-            return e
+        return _layer(lambda base: build_env_image(s, base, progress), bases[s.python])
 
     def inst(t: TaskInstance) -> str | Exception:
-        env_image = env_tags[_spec_id(specs[t.instance_id])]
-        if isinstance(env_image, Exception):
-            return env_image
-        try:
-            return build_instance_image(t, env_image, progress)
-        except ImageBuildError as e:
-            return e
+        return _layer(lambda env_image: build_instance_image(t, env_image, progress),
+                      env_tags[_spec_id(specs[t.instance_id])])
 
     todo = [t for t in tasks if t.instance_id in specs]
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -455,6 +441,17 @@ def build_images(tasks: list[TaskInstance], progress: Progress = print, workers:
             else:
                 out.images[t.instance_id], out.routes[t.instance_id] = got, "built"
     return out
+
+
+def _layer(build: Callable[..., str], *below: str | Exception) -> str | Exception:
+    """One image layer built on the layer `below` (if any), or the error that stopped it: a
+    failed lower layer passes its error up instead of building."""
+    if below and isinstance(below[0], Exception):
+        return below[0]
+    try:
+        return build(*below)
+    except ImageBuildError as e:
+        return e
 
 
 def attach_swebench_recipe(task: TaskInstance) -> bool:
