@@ -64,3 +64,15 @@ def tiny_model(dest: Path) -> Path:
     AutoModelForCausalLM.from_config(config).save_pretrained(dest)
     AutoTokenizer.from_pretrained(default).save_pretrained(dest)
     return dest
+
+
+def stop_server(proc: Any, grace_s: float) -> None:
+    """Stop a model server the tests started: SIGTERM, then SIGKILL after `grace_s`."""
+    import subprocess
+
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

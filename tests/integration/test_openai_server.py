@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.conftest_model import chat_prompt, default_model_dir, hf_backend, versioned_checkpoint  # noqa: F401
+from tests.conftest_model import chat_prompt, default_model_dir, hf_backend, stop_server, versioned_checkpoint  # noqa: F401
 from training.inference.base import Completion, SamplingParams
 from training.inference.openai_client import InferenceServerError, OpenAIBackend
 
@@ -30,12 +30,7 @@ def server_url(default_model_dir, tmp_path_factory):
         assert m, f"server did not start (rc={proc.poll()}): {line!r}\n{log.read_text()[-3000:]}"
         yield m.group(0)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_server(proc, grace_s=20)
         proc.stdout.close()
 
 

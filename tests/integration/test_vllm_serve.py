@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest_model import chat_prompt, default_model_dir  # noqa: F401
+from tests.conftest_model import chat_prompt, default_model_dir, stop_server  # noqa: F401
 from tests.conftest_vllm import TEST_ENGINE, TEST_MAX_MODEL_LEN, hf_model, shifted_checkpoint, trainer_logprobs  # noqa: F401
 from training.inference.base import SamplingParams
 from training.inference.openai_client import OpenAIBackend, vllm_serve_command
@@ -51,12 +51,7 @@ def server_url(default_model_dir, tmp_path_factory):
             time.sleep(1)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_server(proc, grace_s=30)
 
 
 @pytest.fixture(scope="module")
