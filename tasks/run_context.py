@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from swerl.config import flat_params, load_config
 from swerl.store import open_store
 from tasks.model_uri import install as install_models_uri
+from tasks.progress import EpisodeProgress
 from tasks.registry import ModelRegistry
 from tasks.run_config import CONFIG_FILE, choose_preset, save_run_config
 from tasks.tracking import Tracker
@@ -136,6 +137,7 @@ def open_run(ref: RunRef) -> TrackedRun:
             run.load_mlflow_runs()
             ctx.on_metrics = run.log_stage_metrics
             ctx.on_missing_metrics = run.log_missing_stage_metrics
+            ctx.on_episodes = EpisodeProgress(ref.run_id)
             _OPEN_RUNS[ref.run_id] = run
         return _OPEN_RUNS[ref.run_id]
 

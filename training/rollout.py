@@ -31,6 +31,7 @@ from training.trajectory import Trajectory
 log = logging.getLogger(__name__)
 
 EnvFactory = Callable[[TaskInstance], Any]  # -> an unstarted SWEEnv
+ProgressFn = Callable[[int, int], None]  # (episodes done, episodes in all), reused ones counted as done
 
 
 class EnvTimeout(SandboxError):
@@ -233,10 +234,12 @@ class RolloutEngine:
     """Runs `samples` episodes of every task; see the module docstring for the phases."""
 
     def __init__(self, backend: InferenceBackend, env_factory: EnvFactory, spec: RolloutSpec,
-                 reward_fn: RewardFn, sink: TrajectorySink | None = None, progress: bool = True):
+                 reward_fn: RewardFn, sink: TrajectorySink | None = None, progress: bool = True,
+                 on_progress: ProgressFn | None = None):
         self.backend, self.env_factory, self.spec, self.reward_fn = backend, env_factory, spec, reward_fn
         self.sink = sink or TrajectorySink(None, "")
         self.progress = progress
+        self.on_progress = on_progress or (lambda done, total: None)
         self.chat = ChatFormat.from_tokenizer(backend.tokenizer)
         self.sampling = self.chat.sampling(spec.sampling)
         self.stats = RolloutStats()
@@ -251,6 +254,7 @@ class RolloutEngine:
         self._plan(tasks, samples)
         self.bar = tqdm(total=len(self.todo) + self.stats.reused, initial=self.stats.reused, desc="rollout",
                         disable=not self.progress, unit="ep")
+        self.on_progress(self.stats.reused, self.bar.total)
         t_start = time.monotonic()
         try:
             while self.todo or self.slots:
@@ -410,6 +414,7 @@ class RolloutEngine:
         self.stats.episodes += 1
         self.bar.update(1)
         self.bar.set_postfix(resolved=sum(t.status == "resolved" for t in self.stats.trajectories))
+        self.on_progress(len(self.stats.trajectories), self.bar.total)
 
     def _infra_error(self, slot: _Slot, err: BaseException, hung: bool = False) -> None:
         """Retry the episode from scratch, or record it as an error once retries are spent."""
@@ -448,7 +453,10 @@ class RolloutEngine:
 
 def collect(tasks: Iterable[TaskInstance], samples: int, backend: InferenceBackend, env_factory: EnvFactory,
             spec: RolloutSpec, reward_fn: RewardFn | None = None, sink: TrajectorySink | None = None,
-            progress: bool = True) -> RolloutStats:
+            progress: bool = True, on_progress: ProgressFn | None = None) -> RolloutStats:
     """Run `samples` episodes of every task; return all trajectories, reused ones included.
-    `reward_fn` defaults to the spec's own reward."""
-    return RolloutEngine(backend, env_factory, spec, reward_fn or spec.reward, sink, progress).run(tasks, samples)
+    `reward_fn` defaults to the spec's own reward. `progress` draws a tqdm bar; `on_progress`
+    hears (done, total) once at the start and after every finished episode, in the engine's
+    own thread, so it must be quick (a caller that reports somewhere slow throttles itself)."""
+    return RolloutEngine(backend, env_factory, spec, reward_fn or spec.reward, sink, progress,
+                         on_progress).run(tasks, samples)

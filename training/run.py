@@ -25,6 +25,7 @@ from training.trajectory import Trajectory
 log = logging.getLogger(__name__)
 
 MetricsFn = Callable[[str, dict[str, float], int | None], None]  # (stage, metrics, step)
+EpisodesFn = Callable[[str, int, int], None]  # (rollout batch "eval-base/0", episodes done, in all)
 
 
 def config_hash(cfg: SwerlConfig) -> str:
@@ -45,6 +46,7 @@ class RunContext:
     # for metrics a resumed run sends again: the tracker skips those it already has at that step
     on_missing_metrics: MetricsFn = lambda stage, metrics, step: None
     progress: bool = True
+    on_episodes: EpisodesFn = lambda batch, done, total: None  # a progress view beside the tqdm bar
     engine: Any = field(default=None, repr=False)  # the run's inference backend (backend_for)
     engine_policy_path: str | None = field(default=None, repr=False)
 

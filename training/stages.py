@@ -76,7 +76,8 @@ def rollouts(ctx: RunContext, batch: str, iteration: int, tasks: list[TaskInstan
                       prompt_style=spec.prompt_style, show_source=spec.show_source)
 
     sink = TrajectorySink(ctx.store, ctx.key("rollouts", batch, iteration))
-    stats = collect(tasks, samples, backend, make_env, run_spec, spec.reward, sink=sink, progress=ctx.progress)
+    stats = collect(tasks, samples, backend, make_env, run_spec, spec.reward, sink=sink, progress=ctx.progress,
+                    on_progress=lambda done, total: ctx.on_episodes(f"{batch}/{iteration}", done, total))
     summary = stats.summary()
     log.info("%s/%s rollouts: %s", batch, iteration, json.dumps({k: round(v, 4) for k, v in summary.items()}))
     ctx.on_metrics(batch, {f"rollout/{k}": float(v) for k, v in summary.items()}, iteration)

@@ -103,6 +103,67 @@ def test_progress_artifact_counts_steps(prefect_api):
     assert found[0].description == "DAPO iterations of run r: 3 of 3 (last: dapo-s1-2)"
 
 
+def _artifacts(key: str) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        return client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+
+
+def test_episode_progress_of_a_real_rollout_in_a_task(prefect_api, monkeypatch):
+    """The rollout engine's callback, inside a Prefect task, keeps one progress artifact per
+    batch; updates are throttled (the count reaching its total always goes out); outside
+    Prefect, or with the API failing, the run goes on."""
+    from prefect import flow, task
+
+    import tasks.progress as progress
+    from tests.unit.test_rollout_engine import Gym, ScriptedBackend, reward, spec
+    from tests.unit.test_rollout_engine import tasks as fake_tasks
+    from training.rollout import collect
+
+    sent: list[float] = []
+    real_update = progress.update_progress_artifact
+
+    def counting_update(artifact_id, value, description=None):
+        sent.append(value)
+        return real_update(artifact_id, value, description=description)
+
+    monkeypatch.setattr(progress, "update_progress_artifact", counting_update)
+    batch = f"eval-{uuid.uuid4().hex[:6]}/0"
+
+    @task
+    def evaluate(min_interval_s: float) -> int:
+        on_episodes = progress.EpisodeProgress("r", min_interval_s=min_interval_s)
+        stats = collect(fake_tasks(6), 2, ScriptedBackend(), Gym(), spec(), reward, progress=False,
+                        on_progress=lambda done, total: on_episodes(batch, done, total))
+        return stats.episodes
+
+    @flow
+    def evaluation(min_interval_s: float) -> int:
+        return evaluate(min_interval_s)
+
+    assert evaluation(3600.0) == 12
+    found = _artifacts(progress.artifact_key(f"swerl-episodes-{batch}"))
+    assert [a.type for a in found] == ["progress"] and float(found[0].data) == 100.0
+    assert found[0].description == f"episodes of {batch} in run r: 12 of 12"
+    assert sent == [100.0], "an hour between updates: only the final count went out"
+
+    sent.clear()
+    assert evaluation(0.0) == 12
+    assert sent == [round(100 * n / 12, 1) for n in range(1, 13)], "no throttle: one update per episode"
+
+    calls = progress.EpisodeProgress("r", min_interval_s=0.0)
+    calls(batch, 1, 2)  # not in a Prefect run: nothing is sent
+    assert len(_artifacts(progress.artifact_key(f"swerl-episodes-{batch}"))) == 2 and sent[-1] == 100.0
+
+    def failing(*args, **kwargs):
+        raise ConnectionError("API down")
+
+    monkeypatch.setattr(progress, "update_progress_artifact", failing)
+    assert evaluation(0.0) == 12, "a failing progress API costs the run nothing"
+
+
 def test_readme_deploy_command_targets_the_stack(prefect_api, tmp_path):
     """`swerl deploy --api-url http://127.0.0.1:PORT/api` with a stack's .env (here: one whose
     Prefect port is this test's server): every deployment's runs go to the stack's S3 bucket and

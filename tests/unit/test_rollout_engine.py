@@ -303,14 +303,20 @@ def test_rerun_reuses_finished_episodes_and_redoes_errors(tmp_path):
     store = Store(f"file://{tmp_path}/store")
     sink = TrajectorySink(store, "runs/r/rollouts/dapo-s1/0")
     gym = Gym(lambda task, attempt: Plan(die_at_step=1 if task.instance_id == "t1" else None))
-    first = collect(tasks(2), 2, ScriptedBackend(), gym, spec(infra_retries=0), reward, sink=sink, progress=False)
+    heard: list[tuple[int, int]] = []
+    first = collect(tasks(2), 2, ScriptedBackend(), gym, spec(infra_retries=0), reward, sink=sink, progress=False,
+                    on_progress=lambda done, total: heard.append((done, total)))
     assert first.episodes == 4 and len(store.ls(sink.prefix)) == 4
+    assert heard == [(0, 4), (1, 4), (2, 4), (3, 4), (4, 4)], "once at the start, then per episode, errors too"
     assert sum(t.status == "error" for t in first.trajectories) == 2
     before = {k: store.get_text(k) for k in store.ls(sink.prefix)}
 
     backend = RecordingBackend(ScriptedBackend())
-    again = collect(tasks(2), 2, backend, Gym(), spec(), reward, sink=sink, progress=False)
+    heard.clear()
+    again = collect(tasks(2), 2, backend, Gym(), spec(), reward, sink=sink, progress=False,
+                    on_progress=lambda done, total: heard.append((done, total)))
     assert again.reused == 2 and again.episodes == 2  # the two errors were run again, and only they
+    assert heard == [(2, 4), (3, 4), (4, 4)], "reused episodes count as done from the start"
     assert {t.task_id for t in again.trajectories if t.status == "error"} == set()
     assert all(before[k] == store.get_text(k) for k in before if "t0__" in k)  # reused, untouched
     # every generate call of the re-run belongs to a redone t1 episode: nothing finished was redone
