@@ -34,7 +34,7 @@ def _add_run_target(p: argparse.ArgumentParser) -> None:
 
 def _run_config(args: argparse.Namespace) -> SwerlConfig:
     """The config a command pointed at a run works with (the run's own unless --preset names
-    another, which wins with a warning); sets `args.preset` to what the flow is to load."""
+    another, which is refused); sets `args.preset` to what the flow is to load."""
     from tasks.run_config import choose_preset
 
     choice = choose_preset(args.run_id, args.preset, list(args.set))

@@ -30,8 +30,8 @@ DAPO_TABLE_KEYS = ("reward_mean", "resolved_rate", "problems", "groups_kept", "g
 
 
 def _ref(preset: str | None, overrides: list[str] | None, run_id: str | None) -> RunRef:
-    """The run a flow works on: run `run_id` with the config it stored (an explicit preset
-    wins, with a warning), else the preset's (smoke when none is named)."""
+    """The run a flow works on: run `run_id` with the config it stored (an explicit preset that
+    is not the run's is refused), else the preset's (smoke when none is named)."""
     logging.getLogger("training").setLevel(logging.INFO)
     logging.getLogger("environments").setLevel(logging.INFO)
     ref, warning = RunRef.for_run(run_id, preset, overrides)

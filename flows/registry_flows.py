@@ -42,7 +42,7 @@ def promote(preset: str | None = None, overrides: list[str] = [], run_id: str | 
 
 def report(run_id: str, preset: str | None = None, overrides: list[str] | None = None) -> tuple[Path, str]:
     """Rebuild run `run_id`'s report (and each evaluation's) from the store with the run's own
-    config (`preset` wins over it); returns report.md and a warning for the user (or "")."""
+    config (another `preset` is refused); returns report.md and a warning for the user (or "")."""
     ref, warning = RunRef.for_run(run_id, preset, overrides)
     t = open_run(ref)
     evals = stored_evals(t)

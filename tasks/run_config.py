@@ -3,8 +3,9 @@ run's config instead of a default preset's.
 
 The pipeline writes `runs/{run_id}/config.yaml` (and the same file as an MLflow artifact of the
 run's parent run); `swerl report RUN_ID`, `swerl evaluate --run RUN_ID` and `swerl promote
---run-id RUN_ID` read it back. An explicit `--preset` still wins, with a warning when it names
-another preset than the run's.
+--run-id RUN_ID` read it back. A `--preset` that names another preset than the run's is refused:
+a run is one config, and another preset's eval set, seed and stage count in it would mix two
+runs' numbers in one record (`--set` still changes single knobs on top of the run's config).
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ class RunChoice:
 
 def choose_preset(run_id: str | None, preset: str | None, overrides: list[str],
                   default: str = "smoke") -> RunChoice:
-    """The run's stored config unless `--preset` names another preset (that wins, with a
-    warning); `default` when there is no run to read."""
+    """The run's stored config (a `--preset` naming another preset is a ConfigError); `default`
+    when there is no run to read."""
     stored = read_stored_config(run_id, overrides) if run_id else None
     if stored is None:
         if preset is None and run_id:
@@ -75,8 +76,8 @@ def choose_preset(run_id: str | None, preset: str | None, overrides: list[str],
         return RunChoice(preset or default, from_run=False)
     theirs = stored_preset(stored)
     if preset is not None and Path(preset).stem != theirs:
-        return RunChoice(preset, from_run=False,
-                         warning=f"run {run_id} was made with preset {theirs!r}; using --preset {preset!r} as asked")
+        raise ConfigError(f"run {run_id} was made with preset {theirs!r}, not {preset!r}: drop --preset to use "
+                          "the run's own config (--set changes single values), or drop --run for a new run")
     return RunChoice(str(local_config_file(run_id, stored)), from_run=True)
 
 

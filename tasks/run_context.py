@@ -40,7 +40,7 @@ class RunRef(BaseModel):
     @classmethod
     def for_run(cls, run_id: str | None, preset: str | None, overrides: list[str] | None,
                 default: str = "smoke") -> tuple["RunRef", str]:
-        """The ref of run `run_id` with the config it stored (`--preset` wins over it); with no
+        """The ref of run `run_id` with the config it stored (another `--preset` is refused); with no
         run id, the preset's (`default` when none is named). Returns a warning, or ""."""
         choice = choose_preset(run_id, preset, list(overrides or []), default)
         return cls.create(choice.preset, overrides, run_id), choice.warning

@@ -25,6 +25,8 @@ from tests.integration.test_registry import plant_checkpoint, plant_eval
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
+REFUSED = ("swerl: run {run} was made with preset 'cpu-demo', not 'smoke': drop --preset to use the run's own "
+           "config (--set changes single values), or drop --run for a new run")
 
 
 @pytest.fixture
@@ -77,11 +79,12 @@ def test_report_of_a_cpu_demo_run_uses_its_config(cpu_demo_run):
     assert [r["checkpoint"] for r in rep["dapo_iterations"]] == ["dapo-s1-0", "dapo-s1-1", "dapo-s1-2"]
     assert rep["preset"] == "cpu-demo"
 
-    # an explicit preset still wins, with a warning that it is not the run's
+    # an explicit preset that is not the run's is refused in one line; the run's own is fine
     out = _swerl("report", ref.run_id, "--preset", "smoke", *(a for w in where for a in ("--set", w)), cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert f"run {ref.run_id} was made with preset 'cpu-demo'; using --preset 'smoke' as asked" in out.stderr
-    assert "(preset `smoke`)" in Path(out.stdout.strip().splitlines()[-1]).read_text()
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == REFUSED.format(run=ref.run_id) + "\n"
+    out = _swerl("report", ref.run_id, "--preset", "cpu-demo", *(a for w in where for a in ("--set", w)), cwd=tmp_path)
+    assert out.returncode == 0 and "warning" not in out.stderr, out.stderr[-3000:]
 
 
 def test_promote_and_evaluate_read_the_runs_preset(cpu_demo_run):
@@ -117,3 +120,57 @@ def test_a_run_without_a_stored_config(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="run my-run has no stored config .*: pass --preset"):
         choose_preset("my-run", None, where)
     assert choose_preset("my-run", "smoke", where).preset == "smoke"
+
+
+@pytest.fixture
+def fake_evaluation(monkeypatch):
+    """`swerl evaluate` in process, with everything real except the episodes: the eval split is
+    three task records (no images built) and each rollout call returns one resolved episode per
+    task and sample, so the evaluation's report is what the config makes of them (runs, k)."""
+    from environments.records import TaskInstance
+    from tasks import run_context
+    from training import data, stages
+    from training.rollout import RolloutStats
+    from training.trajectory import Trajectory
+
+    seen: list = []
+
+    def load_split(ctx, split):
+        return [TaskInstance(f"t{i}", "acme/x", "HEAD", f"bug {i}", "", "", [], []) for i in range(3)]
+
+    def rollouts(ctx, batch, iteration, tasks, samples, policy, *, spec, sampling):
+        seen.append(ctx.cfg)
+        return RolloutStats(trajectories=[Trajectory(t.instance_id, i, policy, [], status="resolved", reward=1.0)
+                                          for t in tasks for i in range(samples)])
+
+    monkeypatch.setattr(data, "load_split", load_split)
+    monkeypatch.setattr(stages, "rollouts", rollouts)
+    monkeypatch.setattr(run_context, "_OPEN_RUNS", {})  # the fixture's cached run must not answer for the CLI
+    return seen
+
+
+def test_evaluate_of_a_cpu_demo_run_runs_with_its_config(cpu_demo_run, fake_evaluation, capsys, monkeypatch):
+    """`swerl evaluate --run RUN_ID` with no --preset evaluates with cpu-demo's eval.runs (3)
+    and k ([1, 3]), not smoke's (2, [1, 2]); an explicit --preset smoke is refused before anything runs."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.cli import main
+    from tasks import run_context
+
+    ref, where, tmp_path = cpu_demo_run
+    demo, smoke = load_config("cpu-demo").eval, load_config("smoke").eval
+    assert (demo.runs, demo.k) != (smoke.runs, smoke.k), "the test tells the presets apart by these"
+    sets = [a for w in where for a in ("--set", w)]
+    with prefect_test_harness(server_startup_timeout=180):
+        assert main(["evaluate", "--run", ref.run_id, "--label", "cli", *sets]) == 0
+        out = capsys.readouterr()
+        assert "warning" not in out.err
+        assert [(c.preset, c.seed, c.eval.runs, c.eval.k) for c in fake_evaluation] == [("cpu-demo", 1, 3, [1, 3])]
+        assert f"evaluation `cli` of base (run {ref.run_id}): 3 tasks x 3 runs" in out.out
+        assert "Pass@3  1.000" in out.out
+
+        monkeypatch.setattr(run_context, "_OPEN_RUNS", {})
+        assert main(["evaluate", "--run", ref.run_id, "--label", "cli-smoke", "--preset", "smoke", *sets]) == 2
+        out = capsys.readouterr()
+    assert out.err == REFUSED.format(run=ref.run_id) + "\n" and out.out == ""
+    assert len(fake_evaluation) == 1, "refused before the evaluation ran"
