@@ -24,11 +24,15 @@ from pathlib import Path
 from mlflow import MlflowClient
 
 ROOT = Path(__file__).resolve().parents[1]
+# A loopback address that is not 127.0.0.1: MLflow's UI opens its AI assistant panel over the
+# page on the first visit from localhost or 127.0.0.1, and a one-shot headless browser is always
+# a first visit.
+HOST = "127.0.0.2"
 
 
 def free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((HOST, 0))
         return s.getsockname()[1]
 
 
@@ -75,11 +79,12 @@ def main() -> int:
     info = trace.info
     print(f"trace {info.trace_id}: {trace.data.spans[0].name}, {turns(trace)} turns", file=sys.stderr)
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{HOST}:{port}"
     log = Path(tempfile.mkstemp(suffix=".log", prefix="mlflow-server-")[1])
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", args.tracking_uri,
-                                 "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                                 "--host", HOST, "--port", str(port), "--workers", "1",
+                                 "--allowed-hosts", f"{HOST}:{port}"],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_healthy(url, proc, log)
