@@ -1,11 +1,14 @@
-"""A registered policy as a real MLflow model: the transformers flavor, logged from the HF
-checkpoint directory, so `mlflow.transformers.load_model("models:/swerl-agent@champion")` and
-`mlflow models serve` work with no swerl code in between.
+"""A registered policy as a real MLflow model: the transformers flavor, so
+`mlflow.transformers.load_model("models:/swerl-agent@champion")` and `mlflow models serve` work
+with no swerl code in between.
 
-Only registered versions are logged (one or two per run), not every checkpoint; the weights are
-read from the local copy the evaluation already holds, never downloaded again. MLflow keeps its
-own copy in the artifact store (the same object store, under `mlflow/`): the price of a model
-MLflow tools load alone (docs/MLFLOW.md: the sizes, and what would avoid it).
+A checkpoint in the store becomes an MLflow model where it lies: its directory gets an `MLmodel`
+whose weights path is the directory itself, a copy of the tokenizer (megabytes) and the
+environment files, and the registered version's source is that directory. The weights are
+never copied (a 7B checkpoint is 14 GB) nor even loaded: the flavor is read off a weightless
+(meta-device) model. The version belongs to a LoggedModel of the evaluation's run that holds
+its params and tags; its artifacts live outside MLflow (docs/MLFLOW.md: why not inside).
+The base model is not in the store, so it is logged the ordinary way, a copy in MLflow.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
+import yaml
 
 TASK = "text-generation"
+MLMODEL_FILES = ("MLmodel", "requirements.txt", "python_env.yaml", "conda.yaml")  # + components/tokenizer/
 
 
 def pip_requirements() -> list[str]:
@@ -65,3 +70,41 @@ def log_checkpoint_model(run_id: str, checkpoint_dir: str | Path, name: str, par
     return mlflow.transformers.log_model(
         transformers_model=components, task=TASK, name=name, run_id=run_id,
         pip_requirements=pip_requirements(), params={k: str(v) for k, v in params.items()}, tags=tags)
+
+
+def write_model_files(checkpoint_dir: str | Path, out: Path, source: str) -> list[str]:
+    """Write into `out` the files that make `checkpoint_dir` (config.json, safetensors, tokenizer)
+    an MLflow transformers model in place; `source` (the checkpoint's store URL) is recorded as
+    the model's origin. Returns their paths relative to `out`."""
+    import torch
+    import transformers
+    from mlflow.models import Model
+    from mlflow.transformers.flavor_config import FlavorKey, build_flavor_config
+    from mlflow.utils.environment import _process_pip_requirements, _PythonEnv
+
+    config = transformers.AutoConfig.from_pretrained(checkpoint_dir)
+    with torch.device("meta"):  # the flavor needs the model's class and dtype, not its weights
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=config.dtype)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint_dir)
+    pipe = transformers.pipeline(TASK, model=model, tokenizer=tokenizer, device="meta")
+    flavor = build_flavor_config(pipe, None, None, True)
+    flavor |= {FlavorKey.MODEL_BINARY: ".", FlavorKey.MODEL_NAME: source}  # the weights: the directory itself
+    mlmodel = Model()
+    mlmodel.add_flavor("transformers", transformers_version=transformers.__version__, code=None, **flavor)
+    mlflow.pyfunc.add_to_model(mlmodel, loader_module="mlflow.transformers", conda_env="conda.yaml",
+                               python_env="python_env.yaml")
+    out.mkdir(parents=True, exist_ok=True)
+    mlmodel.save(str(out / "MLmodel"))
+    tokenizer.save_pretrained(out / "components" / "tokenizer")
+    conda_env, requirements, _ = _process_pip_requirements([], pip_requirements=pip_requirements())
+    (out / "conda.yaml").write_text(yaml.safe_dump(conda_env, default_flow_style=False))
+    (out / "requirements.txt").write_text("\n".join(requirements))
+    _PythonEnv.current().to_yaml(str(out / "python_env.yaml"))
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+
+
+def external_logged_model(run_id: str, experiment_id: str, name: str, params: dict[str, Any],
+                          tags: dict[str, str]) -> Any:
+    """A LoggedModel of run `run_id` whose artifacts are outside MLflow (a checkpoint in the store)."""
+    return mlflow.create_external_model(name=name, source_run_id=run_id, experiment_id=experiment_id,
+                                        params={k: str(v) for k, v in params.items()}, tags=tags)

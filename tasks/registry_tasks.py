@@ -12,6 +12,7 @@ in the version's MLflow run (`promotion/...json`, the history), and the log.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from typing import Any
 
@@ -73,10 +74,9 @@ def register_version(t: TrackedRun, policy: str, report: dict[str, Any]) -> str:
     """A version for `policy`, tagged with its evaluation; the same evaluation of the same policy
     registers once (a run resumed with more DAPO iterations has a new "dapo" policy to register).
 
-    The version is a real MLflow model (`tasks.mlflow_models`: the transformers flavor, logged
-    from the checkpoint directory into the evaluation's MLflow run); its tags also name the
-    checkpoint in the store (`swerl.checkpoint_key`), which `tasks.model_uri` resolves without
-    downloading MLflow's copy.
+    The version is a real MLflow model (`tasks.mlflow_models`: the transformers flavor; a
+    checkpoint's own store directory, made loadable in place); its tags also name the
+    checkpoint in the store (`swerl.checkpoint_key`), which `tasks.model_uri` resolves.
     """
     ctx, name = t.ctx, t.registry.model_name
     label = report["label"]
@@ -89,27 +89,52 @@ def register_version(t: TrackedRun, policy: str, report: dict[str, Any]) -> str:
     eval_run = t.child(f"eval-{label}")
     report_key = ctx.key("eval", label, "report.json")
     tags = _version_tags(t, policy, report, key, report_key)
-    t.tracker.flush(timeout=t.tracker.retry_s)  # the LoggedModel copies the run's metrics: send them first
+    t.tracker.flush(timeout=t.tracker.retry_s)  # a logged (copied) model takes the run's metrics: send them first
     from tasks.mlflow_models import fluent_tracking
 
     with fluent_tracking(t.tracker.tracking_uri, t.tracker.experiment_id):
-        model = _log_model(t, policy, report, eval_run, tags)
-        version = t.registry.register_model(model.model_uri, run_id=eval_run, tags=tags, model_id=model.model_id)
+        source, model_id = _log_model(t, policy, report, eval_run, tags, key)
+        # MLflow links a version to its LoggedModel only through a models:/ source; a checkpoint
+        # registered in place names its LoggedModel in a tag instead
+        linked = source.startswith("models:/")
+        version = t.registry.register_model(source, run_id=eval_run, model_id=model_id if linked else None,
+                                            tags=tags if linked else tags | {"swerl.logged_model": model_id})
     log.info("registry: %s -> %s version %s (pass@1 %.3f ± %.3f; MLflow model %s)", policy, name, version,
-             report["pass@1"], report["sem"], model.model_uri)
+             report["pass@1"], report["sem"], source)
     return str(version)
 
 
-def _log_model(t: TrackedRun, policy: str, report: dict[str, Any], eval_run: str, tags: dict[str, str]) -> Any:
-    """`policy`'s weights as an MLflow transformers model of the evaluation's run, from the local
-    directory the evaluation loaded (base: the cached base model)."""
-    from tasks.mlflow_models import log_checkpoint_model
+def in_place(t: TrackedRun, key: str | None) -> bool:
+    """Whether `key`'s checkpoint can be the version's source where it lies: it is in the store,
+    and a tracking server does not refuse it (a server takes a local path as a source only
+    inside MLflow's own artifact directories)."""
+    remote = t.tracker.tracking_uri.startswith(("http://", "https://"))
+    return key is not None and not (remote and t.ctx.store.url(key).startswith("file:"))
+
+
+def _log_model(t: TrackedRun, policy: str, report: dict[str, Any], eval_run: str, tags: dict[str, str],
+               key: str | None) -> tuple[str, str]:
+    """`policy` as an MLflow transformers model of the evaluation's run: (the version's source,
+    its LoggedModel id). A checkpoint in the store gets the model's small files beside its
+    weights and is the source itself; otherwise (the base model) MLflow logs a copy."""
+    from tasks.mlflow_models import external_logged_model, log_checkpoint_model, write_model_files
     from training.run import model_dir
 
-    local = model_dir(t.ctx, policy)
-    params = {"policy": policy, "run_id": t.ctx.run_id, "eval_label": report["label"],
+    ctx = t.ctx
+    local = model_dir(ctx, policy)  # the local copy the evaluation loaded: nothing is downloaded
+    name = f"swerl-{safe_name(policy)}"
+    params = {"policy": policy, "run_id": ctx.run_id, "eval_label": report["label"],
               "pass1": f"{report['pass@1']:.6f}", "sem": f"{report['sem']:.6f}"}
-    return log_checkpoint_model(eval_run, local, f"swerl-{safe_name(policy)}", params, tags)
+    if not in_place(t, key):
+        info = log_checkpoint_model(eval_run, local, name, params, tags)
+        return info.model_uri, info.model_id
+    out = ctx.work / "mlflow-model" / name
+    shutil.rmtree(out, ignore_errors=True)
+    for rel in write_model_files(local, out, ctx.store.url(key)):
+        ctx.store.put_file(out / rel, f"{key}/{rel}")
+    shutil.rmtree(out, ignore_errors=True)
+    model = external_logged_model(eval_run, t.tracker.experiment_id, name, params, tags)
+    return ctx.store.url(key), model.model_id
 
 
 # ---------------------------------------------------------------- promote

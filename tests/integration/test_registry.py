@@ -308,14 +308,17 @@ def test_champion_is_an_mlflow_model_a_fresh_process_loads(run_env, tmp_path):
     assert reg.promote_version(t, version).promote
     client = reader(run_env)
     mv = client.get_model_version(MODEL, version)
-    assert mv.source.startswith("models:/m-"), mv.source
-    model_id = mv.source.removeprefix("models:/")
-    logged = client.get_logged_model(model_id)
+    key = t.ctx.key("checkpoints", "rft-0")
+    assert mv.source == t.ctx.store.url(key), "the version is the store's checkpoint itself"
+    logged = client.get_logged_model(mv.tags["swerl.logged_model"])
     assert logged.source_run_id == mv.run_id and logged.params["policy"] == "rft-0"
     assert logged.experiment_id == t.tracker.experiment_id, "in the run's experiment, not Default"
-    assert logged.artifact_location.startswith(t.ctx.store.url("mlflow")), "its weights are in the store"
-    assert logged.tags["swerl.checkpoint_key"] == t.ctx.key("checkpoints", "rft-0")
-    assert "transformers" in mlflow_flavors(client, model_id, tmp_path)
+    assert logged.tags["swerl.checkpoint_key"] == key
+    assert "transformers" in mlflow_flavors(mv.source, tmp_path)
+    weights = [k for k in t.ctx.store.ls("") if k.endswith(".safetensors")]
+    assert weights == [f"{key}/model.safetensors"], f"one copy of the weights, the checkpoint's: {weights}"
+    assert t.ctx.store.get_dir(key, tmp_path / "resumed").joinpath("model.safetensors").is_file(), \
+        "the checkpoint is still swerl's: sealed, its hash unchanged"
 
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
@@ -328,11 +331,10 @@ def test_champion_is_an_mlflow_model_a_fresh_process_loads(run_env, tmp_path):
     assert "GENERATED '" in out.stdout and "SWERL_MODULES []" in out.stdout
 
 
-def mlflow_flavors(client: MlflowClient, model_id: str, tmp_path: Path) -> set[str]:
+def mlflow_flavors(location: str, tmp_path: Path) -> set[str]:
     import yaml
 
     from mlflow.artifacts import download_artifacts
 
-    location = client.get_logged_model(model_id).artifact_location
     path = download_artifacts(artifact_uri=f"{location}/MLmodel", dst_path=str(tmp_path / "mlmodel"))
     return set(yaml.safe_load(Path(path).read_text())["flavors"])
