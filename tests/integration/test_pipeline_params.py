@@ -67,6 +67,9 @@ def test_pipeline_schema_is_a_form_and_refuses_wrong_types(prefect_api, tmp_path
             state = run_flow(pipeline, flow_run=flow_run, parameters=flow_run.parameters, return_type="state")
         assert state.is_completed(), state
         assert client.read_flow_run(flow_run.id).state.is_completed()
+        episodes = [a for a in _artifacts("swerl-episodes-eval-base-0") if a.flow_run_id == flow_run.id]
+        assert [(a.type, float(a.data)) for a in episodes] == [("progress", 100.0)], "the evaluation's episodes"
+        assert episodes[0].description == f"episodes of eval-base/0 in run {typed['run_id']}: 1 of 1"
     assert not results.exists() or not any(results.iterdir()), "task results persisted on the worker"
     cfg = load_config("smoke", ["seed=3", "eval.runs=1", "rft.enabled=false", "dapo.enabled=false", *where])
     stored = open_store(cfg.storage).get_text(config_key(typed["run_id"]))
