@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 from environments.actions import ActionFormat, FormatError, parse_action
-from environments.feedback import UNDONE_NOTE, feedback_unavailable, run_check, undo_changes
+from environments.feedback import UNDONE_NOTE, Check, feedback_unavailable, run_check, undo_changes
 from environments.hints import quoted_line
 from environments.prompts import PromptStyle, instance_prompt
 from environments.records import GradeResult, TaskInstance
@@ -75,6 +75,7 @@ class SWEEnv:
         self.ws: Workspace | None = None
         self.patch: str | None = None  # set by submit
         self.diff_problem = ""  # why diff() gave the empty patch for a tree it could not diff
+        self._unchanged_check: Check | None = None
         self.done = False
 
     # --- episode -------------------------------------------------------------------------------
@@ -85,6 +86,7 @@ class SWEEnv:
         factory = self._factory or open_sandbox
         self.sandbox = factory(self.task.image, self.env_cfg)
         self.patch, self.done = None, False
+        self._unchanged_check = None  # the failing tests' output on the untouched tree (feedback)
         res = self.sandbox.exec(f"cd {shlex.quote(self.sandbox.workdir)} && {_SESSION_SETUP}",
                                 timeout=self.env_cfg.command_timeout_s)
         if res.exit_code != 0:
@@ -124,7 +126,7 @@ class SWEEnv:
             return StepResult(f"Submitted: {changed} file(s) changed.", True, False, action.text, "submitted")
         body = self._shell(action.text) if action.kind == "shell" else run_tool(self.ws, action)
         if self.feedback == "tests":
-            return self._checked(body, action.text)
+            return self._checked(body, action.kind == "rewrite", action.text)
         return StepResult(self._observe(body), False, False, action.text)
 
     def diff(self) -> str:
@@ -160,13 +162,18 @@ class SWEEnv:
 
     # --- helpers -------------------------------------------------------------------------------
 
-    def _checked(self, body: str, command: str) -> StepResult:
-        """Test feedback on the work tree after an action: a pass submits it, a failure is undone.
-        An action that left the tree unchanged runs nothing (the tool already said why)."""
+    def _checked(self, body: str, rewrite: bool, command: str) -> StepResult:
+        """Test feedback on the work tree after an action: a pass submits it, a failure is shown
+        and undone. A python block that changed nothing is answered with the tests' failure on the
+        unchanged code (run once per episode): what the fix must satisfy, not only "no change"."""
         assert self.sandbox is not None
         patch = self.diff()
         if not patch.strip():
-            return StepResult(self._observe(body), False, False, command)
+            if not rewrite:
+                return StepResult(self._observe(body), False, False, command)
+            if self._unchanged_check is None:
+                self._unchanged_check = run_check(self.sandbox, self.task, self.env_cfg.command_timeout_s)
+            return StepResult(self._observe(f"{body}\n{self._unchanged_check.report}"), False, False, command)
         check = run_check(self.sandbox, self.task, self.env_cfg.command_timeout_s)
         if check.passed:
             self.patch, self.done = patch, True
@@ -174,7 +181,6 @@ class SWEEnv:
         failed = undo_changes(self.sandbox)
         undone = UNDONE_NOTE if failed is None else f"Your change could not be undone ({failed})."
         return StepResult(self._observe(f"{body}\n{check.report}\n{undone}"), False, False, command)
-
 
     def _shell(self, cmd: str) -> str:
         assert self.sandbox is not None
