@@ -20,7 +20,10 @@ from environments.sandbox import Sandbox, SandboxError, run_env_prefix
 MAX_TESTS = 8  # failing tests run per check: enough to see the failure, cheap to run every turn
 MAX_FAILURE_LINES = 14  # of the first failure's traceback, where the assertion is
 PASSED_NOTE = "The failing tests pass now."
-UNDONE_NOTE = "Your change was undone, so the file is as it was. Write the corrected line again."
+UNDONE_NOTE = "Your change was undone, so the file is as it was."
+# the first observation's own request (prompts.instance_prompt, line style), so that every turn
+# ends the way the turn the policy answers best does
+RETRY = "Write the corrected line in one ```python block."
 
 _RULE = re.compile(r"^_{3,} (.+?) _{3,}$")  # pytest's "____ test_name ____" failure header
 _SECTION = re.compile(r"^={3,} .* ={3,}$")  # "=== FAILURES ===", "=== short test summary info ==="

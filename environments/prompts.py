@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Literal
 
 from environments.actions import ActionFormat
-from environments.feedback import UNDONE_NOTE, first_failure
+from environments.feedback import RETRY, UNDONE_NOTE, first_failure
 from environments.hints import LINE_HINT, with_line_hint
 from environments.records import TaskInstance
 from environments.sandbox import WORKDIR
@@ -216,7 +216,7 @@ E    +  where 9 = rectangle_area(2, 3)
 """
 _LINE_TRIED = (f"Rewrote {_PATH}: replaced line 5.\n" + _EDITED.replace("width * height", "height * height")
                .replace(f"\n{_FOOT_FILE}", "") + "\nThe failing tests still fail:\n" + first_failure(_DEMO_TEST_LOG)
-               + f"\n{UNDONE_NOTE}\n{_FOOT_FILE}")
+               + f"\n{UNDONE_NOTE}\n{RETRY}\n{_FOOT_FILE}")
 
 
 # Worked examples of the line style, one per kind of change a quoted line needs (the rectangle

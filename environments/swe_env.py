@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 from environments.actions import ActionFormat, FormatError, parse_action
-from environments.feedback import UNDONE_NOTE, Check, feedback_unavailable, run_check, undo_changes
+from environments.feedback import RETRY, UNDONE_NOTE, Check, feedback_unavailable, run_check, undo_changes
 from environments.hints import quoted_line
 from environments.prompts import PromptStyle, instance_prompt
 from environments.records import GradeResult, TaskInstance
@@ -173,14 +173,15 @@ class SWEEnv:
                 return StepResult(self._observe(body), False, False, command)
             if self._unchanged_check is None:
                 self._unchanged_check = run_check(self.sandbox, self.task, self.env_cfg.command_timeout_s)
-            return StepResult(self._observe(f"{body}\n{self._unchanged_check.report}"), False, False, command)
+            shown = f"{body}\n{self._unchanged_check.report}\n{RETRY}"
+            return StepResult(self._observe(shown), False, False, command)
         check = run_check(self.sandbox, self.task, self.env_cfg.command_timeout_s)
         if check.passed:
             self.patch, self.done = patch, True
             return StepResult(f"{body}\n{check.report}", True, False, command, "tests_passed")
         failed = undo_changes(self.sandbox)
         undone = UNDONE_NOTE if failed is None else f"Your change could not be undone ({failed})."
-        return StepResult(self._observe(f"{body}\n{check.report}\n{undone}"), False, False, command)
+        return StepResult(self._observe(f"{body}\n{check.report}\n{undone}\n{RETRY}"), False, False, command)
 
     def _shell(self, cmd: str) -> str:
         assert self.sandbox is not None
