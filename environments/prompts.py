@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Literal
 
 from environments.actions import ActionFormat
+from environments.feedback import RETRY, UNDONE_NOTE, first_failure
 from environments.hints import LINE_HINT, with_line_hint
 from environments.records import TaskInstance
 from environments.sandbox import WORKDIR
@@ -62,16 +63,24 @@ _SHORT_SYSTEM = ("You are an expert Python programmer who fixes bugs. Reply with
 _LINE_SYSTEM = ("You are an expert Python programmer who fixes bugs. Reply with the corrected line in one "
                 "```python block; it replaces the line it corrects in the file. "
                 "After the fix is applied, reply ```bash\nsubmit\n```")
+# Line style with test feedback (rollout.feedback: tests): a passing fix ends the episode, so
+# there is no submit; a failing one is answered with the test output.
+_LINE_FEEDBACK_SYSTEM = ("You are an expert Python programmer who fixes bugs. Reply with the corrected line in one "
+                         "```python block; it replaces the line it corrects in the file, and the failing tests "
+                         "run. If they still fail, read their output and write a different corrected line.")
 _SHORT_SYSTEM_TOOLS = ("You are an expert Python programmer who fixes bugs, one shell command per reply in one "
                        "```bash block (use sed or python to edit files). When the bug is fixed, reply "
                        "```bash\nsubmit\n```")
 
 
-def system_prompt(action_format: ActionFormat, window: int, style: PromptStyle = "full") -> str:
+def system_prompt(action_format: ActionFormat, window: int, style: PromptStyle = "full",
+                  feedback: bool = False) -> str:
     if style in SHORT_STYLES:
         if action_format != "tools+file":
             return _SHORT_SYSTEM_TOOLS
-        return _LINE_SYSTEM if style == "line" else _SHORT_SYSTEM
+        if style == "line":
+            return _LINE_FEEDBACK_SYSTEM if feedback else _LINE_SYSTEM
+        return _SHORT_SYSTEM
     text = _INTRO + _TOOLS.format(window=window)
     if action_format == "tools+file":
         text += _REWRITE
@@ -193,6 +202,21 @@ _SHORT_FIX = "```python\ndef rectangle_area(width, height):\n    return width * 
 _LINE_FIX = "```python\nreturn width * height\n```"
 _LINE_FIXED = f"Rewrote {_PATH}: replaced line 5.\n" + _EDITED
 _SHORT_SUBMIT = "```bash\nsubmit\n```"
+# With test feedback, the demo's first try is wrong: the tests answer it (rendered by the same
+# function that renders real test output) and the second try uses what they showed.
+_LINE_WRONG = "```python\nreturn height * height\n```"
+_DEMO_TEST_LOG = """F                                                                        [100%]
+=================================== FAILURES ===================================
+__________________________________ test_area ___________________________________
+test_shapes.py:5: in test_area
+    assert rectangle_area(2, 3) == 6
+E   assert 9 == 6
+E    +  where 9 = rectangle_area(2, 3)
+1 failed in 0.01s
+"""
+_LINE_TRIED = (f"Rewrote {_PATH}: replaced line 5.\n" + _EDITED.replace("width * height", "height * height")
+               .replace(f"\n{_FOOT_FILE}", "") + "\nThe failing tests still fail:\n" + first_failure(_DEMO_TEST_LOG)
+               + f"\n{UNDONE_NOTE}\n{RETRY}\n{_FOOT_FILE}")
 
 
 # Worked examples of the line style, one per kind of change a quoted line needs (the rectangle
@@ -231,8 +255,8 @@ def line_examples() -> list[dict[str, str]]:
     return messages
 
 
-def one_shot_demo(action_format: ActionFormat, style: PromptStyle = "full",
-                  show_source: bool = False, line_hint: bool = False) -> list[dict[str, str]]:
+def one_shot_demo(action_format: ActionFormat, style: PromptStyle = "full", show_source: bool = False,
+                  line_hint: bool = False, feedback: bool = False) -> list[dict[str, str]]:
     """Chat messages solving a made-up bug; they precede the real task: the rollout engine
     composes [system, *one_shot_demo, user: SWEEnv.reset()'s observation, ...].
 
@@ -240,8 +264,16 @@ def one_shot_demo(action_format: ActionFormat, style: PromptStyle = "full",
     `show_source` the demo task names the function and its source is shown, as the real tasks'
     first observation will be; with `line_hint` its statement also quotes the wrong line, as
     hint-level-4 statements do. Line style: the fix is the corrected line, and LINE_EXAMPLES
-    follow the demo.
+    follow the demo; with `feedback` (line style), a wrong line, its failing test, the right line.
     """
+    if feedback and style == "line" and action_format == "tools+file":
+        task = DEMO_TASK_LINE if line_hint else DEMO_TASK_NAMED
+        return [
+            {"role": "user", "content": DEMO_PREFIX + instance_prompt(task, style) + "\n" + _FOOT_FILE},
+            {"role": "assistant", "content": _LINE_WRONG},
+            {"role": "user", "content": _LINE_TRIED},
+            {"role": "assistant", "content": _LINE_FIX},
+        ] + line_examples()
     if style in SHORT_STYLES and action_format == "tools+file":
         line = style == "line"
         task = (DEMO_TASK_LINE if line_hint else DEMO_TASK_NAMED) if show_source else DEMO_TASK

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 from environments.actions import ActionFormat, FormatError, parse_action
+from environments.feedback import RETRY, UNDONE_NOTE, Check, feedback_unavailable, run_check, undo_changes
 from environments.hints import quoted_line
 from environments.prompts import PromptStyle, instance_prompt
 from environments.records import GradeResult, TaskInstance
@@ -25,6 +26,7 @@ from environments.verdicts import cached_grade
 from swerl.config import EnvironmentConfig
 
 SandboxFactory = Callable[[str, EnvironmentConfig], Sandbox]
+Feedback = Literal["none", "tests"]
 
 # Pagers would wait for a keypress and editors for a terminal; make every program that might
 # start one print instead. Set once per session, in the agent's shell.
@@ -37,7 +39,7 @@ class StepResult:
     done: bool
     format_error: bool
     command: str | None  # the parsed action (None on a format error): Turn.command
-    exit_reason: Literal["submitted"] | None = None
+    exit_reason: Literal["submitted", "tests_passed"] | None = None
 
 
 def truncate_middle(text: str, max_chars: int) -> str:
@@ -53,21 +55,27 @@ def truncate_middle(text: str, max_chars: int) -> str:
 class SWEEnv:
     def __init__(self, task: TaskInstance, env_cfg: EnvironmentConfig, action_format: ActionFormat = "tools+file",
                  sandbox_factory: SandboxFactory | None = None, observation_max_chars: int = 4000,
-                 prompt_style: PromptStyle = "full", show_source: bool = False):
+                 prompt_style: PromptStyle = "full", show_source: bool = False, feedback: Feedback = "none"):
         """`show_source`: when the issue names the function to fix (hint level 3), the first
         observation shows its current source, as if the agent had opened it (it becomes the
-        current file). Only what the issue already points to; never the fix."""
+        current file). Only what the issue already points to; never the fix.
+        `feedback="tests"`: each change is checked by the task's failing tests (environments.feedback);
+        a pass ends the episode with that patch, a failure is shown and the change undone."""
+        if feedback == "tests" and (why := feedback_unavailable(task)):
+            raise ValueError(f"rollout.feedback=tests cannot check task {task.instance_id}: {why}")
         self.task = task
         self.env_cfg = env_cfg
         self.action_format = action_format
         self.observation_max_chars = observation_max_chars
         self.prompt_style = prompt_style
         self.show_source = show_source
+        self.feedback = feedback
         self._factory = sandbox_factory
         self.sandbox: Sandbox | None = None
         self.ws: Workspace | None = None
         self.patch: str | None = None  # set by submit
         self.diff_problem = ""  # why diff() gave the empty patch for a tree it could not diff
+        self._unchanged_check: Check | None = None
         self.done = False
 
     # --- episode -------------------------------------------------------------------------------
@@ -78,6 +86,7 @@ class SWEEnv:
         factory = self._factory or open_sandbox
         self.sandbox = factory(self.task.image, self.env_cfg)
         self.patch, self.done = None, False
+        self._unchanged_check = None  # the failing tests' output on the untouched tree (feedback)
         res = self.sandbox.exec(f"cd {shlex.quote(self.sandbox.workdir)} && {_SESSION_SETUP}",
                                 timeout=self.env_cfg.command_timeout_s)
         if res.exit_code != 0:
@@ -116,6 +125,8 @@ class SWEEnv:
             changed = sum(1 for ln in self.patch.splitlines() if ln.startswith("diff --git"))
             return StepResult(f"Submitted: {changed} file(s) changed.", True, False, action.text, "submitted")
         body = self._shell(action.text) if action.kind == "shell" else run_tool(self.ws, action)
+        if self.feedback == "tests":
+            return self._checked(body, action.kind == "rewrite", action.text)
         return StepResult(self._observe(body), False, False, action.text)
 
     def diff(self) -> str:
@@ -150,6 +161,27 @@ class SWEEnv:
         self.close()
 
     # --- helpers -------------------------------------------------------------------------------
+
+    def _checked(self, body: str, rewrite: bool, command: str) -> StepResult:
+        """Test feedback on the work tree after an action: a pass submits it, a failure is shown
+        and undone. A python block that changed nothing is answered with the tests' failure on the
+        unchanged code (run once per episode): what the fix must satisfy, not only "no change"."""
+        assert self.sandbox is not None
+        patch = self.diff()
+        if not patch.strip():
+            if not rewrite:
+                return StepResult(self._observe(body), False, False, command)
+            if self._unchanged_check is None:
+                self._unchanged_check = run_check(self.sandbox, self.task, self.env_cfg.command_timeout_s)
+            shown = f"{body}\n{self._unchanged_check.report}\n{RETRY}"
+            return StepResult(self._observe(shown), False, False, command)
+        check = run_check(self.sandbox, self.task, self.env_cfg.command_timeout_s)
+        if check.passed:
+            self.patch, self.done = patch, True
+            return StepResult(f"{body}\n{check.report}", True, False, command, "tests_passed")
+        failed = undo_changes(self.sandbox)
+        undone = UNDONE_NOTE if failed is None else f"Your change could not be undone ({failed})."
+        return StepResult(self._observe(f"{body}\n{check.report}\n{undone}\n{RETRY}"), False, False, command)
 
     def _shell(self, cmd: str) -> str:
         assert self.sandbox is not None

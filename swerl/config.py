@@ -152,6 +152,10 @@ class RolloutConfig(Strict):
     prompt_style: Literal["full", "short", "line"] = "full"
     # the first observation shows the function a hint-level-3 issue names, as if opened
     show_source: bool = False
+    # "tests": after each change the environment runs the task's failing tests in the agent's
+    # sandbox and shows their output; a pass ends the episode (environments/feedback.py). Only for
+    # tasks whose tests the agent can see (no hidden test_patch)
+    feedback: Literal["none", "tests"] = "none"
     sampling: Sampling = Field(default_factory=Sampling)
     seed: int = 0
 

@@ -49,12 +49,13 @@ class EpisodeSpec:
     prompt_style: str = "full"  # must match the env's (SWEEnv prompt_style / show_source)
     show_source: bool = False
     observation_max_chars: int = 4000
+    feedback: str = "none"  # "tests": the env checks each change with the failing tests (SWEEnv)
     l_thr: int | None = None
 
     def messages(self, first_observation: str, task: TaskInstance) -> list[dict[str, str]]:
         line_hint = task.meta.get("hint_level") == LINE_HINT
         return build_messages(first_observation, self.action_format, self.window, self.one_shot,
-                              self.prompt_style, self.show_source, line_hint)
+                              self.prompt_style, self.show_source, line_hint, self.feedback == "tests")
 
     def reward(self, traj: Trajectory) -> float:
         if self.l_thr is None:
@@ -146,12 +147,14 @@ class Episode:
 
 
 def build_messages(first_observation: str, action_format: str, window: int, one_shot: bool,
-                   style: str = "full", show_source: bool = False, line_hint: bool = False) -> list[dict[str, str]]:
+                   style: str = "full", show_source: bool = False, line_hint: bool = False,
+                   feedback: bool = False) -> list[dict[str, str]]:
     """System prompt with the tool docs, the optional worked example (stated like the task:
-    `line_hint` for hint-level-4 tasks), then the task."""
-    messages = [{"role": "system", "content": prompts.system_prompt(action_format, window, style)}]
+    `line_hint` for hint-level-4 tasks; with `feedback`, a wrong try, its test output, a right
+    one), then the task."""
+    messages = [{"role": "system", "content": prompts.system_prompt(action_format, window, style, feedback)}]
     if one_shot:
-        messages += prompts.one_shot_demo(action_format, style, show_source, line_hint)
+        messages += prompts.one_shot_demo(action_format, style, show_source, line_hint, feedback)
     messages.append({"role": "user", "content": first_observation})
     return messages
 
@@ -175,7 +178,7 @@ def episode_patch(ep: Episode) -> str:
     SandboxError: the answer is lost, so the engine treats the whole episode as an infra error.
     """
     try:
-        patch = ep.env.patch if ep.traj.exit_reason == "submitted" else None
+        patch = ep.env.patch if ep.traj.exit_reason in ("submitted", "tests_passed") else None
         return patch if patch is not None else ep.env.diff()
     finally:
         ep.env.close()

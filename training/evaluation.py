@@ -63,6 +63,11 @@ class EvalSummary:
     empty_patches: int  # episodes that ended with no change at all (graded, never resolved)
     format_error_rate: float
     exit_reasons: dict[str, int]
+    # multi-turn: resolved episodes by the turn they ended at ("1", "2", ...), their mean turns
+    # (None when nothing was resolved), and the format-error rate of each turn index
+    resolved_by_turn: dict[str, int]
+    mean_turns_resolved: float | None
+    format_errors_by_turn: dict[str, float]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -88,6 +93,20 @@ def difficulty_of(task: TaskInstance) -> str:
 def modifier_of(task: TaskInstance) -> str:
     """The mutation that made a synthetic task's bug; imported tasks have none."""
     return str(task.meta.get("modifier", "n/a"))
+
+
+def turn_breakdown(trajs: list[Trajectory]) -> tuple[dict[str, int], float | None, dict[str, float]]:
+    """Resolved episodes per ending turn, their mean turns, and format errors per turn index."""
+    ends = sorted(t.num_turns for t in trajs if t.status == "resolved")
+    by_turn: dict[str, int] = {}
+    for n in ends:
+        by_turn[str(n)] = by_turn.get(str(n), 0) + 1
+    errors: dict[int, list[bool]] = defaultdict(list)
+    for t in trajs:
+        for i, turn in enumerate(t.turns, start=1):
+            errors[i].append(turn.format_error)
+    fmt = {str(i): sum(v) / len(v) for i, v in sorted(errors.items())}
+    return by_turn, (sum(ends) / len(ends) if ends else None), fmt
 
 
 def summarize(trajs: Iterable[Trajectory], tasks: list[TaskInstance], runs: int, ks: list[int]) -> EvalSummary:
@@ -125,6 +144,7 @@ def summarize(trajs: Iterable[Trajectory], tasks: list[TaskInstance], runs: int,
     for t in trajs:
         reasons[t.exit_reason] += 1
         statuses[t.status] = statuses.get(t.status, 0) + 1
+    by_turn, mean_turns, fmt_by_turn = turn_breakdown(graded)
     return EvalSummary(
         n_tasks=len(tasks), n_runs=runs, pass1=pass1, sem=sem,
         pass_k={k: sum(v) / len(v) for k, v in pass_k.items() if v},
@@ -136,6 +156,7 @@ def summarize(trajs: Iterable[Trajectory], tasks: list[TaskInstance], runs: int,
         empty_patches=sum(not (t.patch or "").strip() for t in trajs),
         format_error_rate=sum(t.format_error for t in turns) / max(len(turns), 1),
         exit_reasons=dict(sorted(reasons.items())),
+        resolved_by_turn=by_turn, mean_turns_resolved=mean_turns, format_errors_by_turn=fmt_by_turn,
     )
 
 

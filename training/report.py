@@ -136,6 +136,51 @@ def plot_iterations(iterations: list[dict[str, Any]], path: Path, title: str) ->
     return _save(fig, path)
 
 
+def _turns(evals: dict[str, dict[str, Any]]) -> list[str]:
+    keys = {k for r in evals.values() for k in (*(r.get("resolved_by_turn") or {}), *(r.get("format_errors_by_turn") or {}))}
+    return sorted(keys, key=int)
+
+
+def plot_turns(evals: dict[str, dict[str, Any]], path: Path, title: str) -> Path | None:
+    """Per turn and checkpoint: resolved episodes that ended at that turn (share of graded
+    episodes), and the format-error rate of that turn. None when no evaluation has turns."""
+    turns = _turns(evals)
+    if not turns:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    width = 0.8 / max(len(evals), 1)
+    for i, (label, r) in enumerate(evals.items()):
+        graded = max(r.get("episodes", 0) - r.get("errors", 0), 1)
+        xs = [j + (i - (len(evals) - 1) / 2) * width for j in range(len(turns))]
+        axes[0].bar(xs, [(r.get("resolved_by_turn") or {}).get(t, 0) / graded for t in turns], width,
+                    color=_color(i), label=label, zorder=2)
+        axes[1].bar(xs, [(r.get("format_errors_by_turn") or {}).get(t, 0.0) for t in turns], width,
+                    color=_color(i), label=label, zorder=2)
+    for ax, what in ((axes[0], "resolved at this turn / graded episodes"), (axes[1], "format-error rate")):
+        ax.set_xticks(range(len(turns)), turns)
+        ax.set_xlabel("turn")
+        ax.set_ylabel(what)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[1].set_ylim(0, 1.02)
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def turn_table(evals: dict[str, dict[str, Any]]) -> list[str]:
+    """Markdown: resolved episodes by the turn they ended at, and mean turns of resolved ones."""
+    turns = [t for t in _turns(evals) if any((r.get("resolved_by_turn") or {}).get(t) for r in evals.values())]
+    if not turns:
+        return []
+    lines = ["| model | " + "".join(f"resolved at turn {t} | " for t in turns) + "mean turns (resolved) |",
+             "|" + " --- |" * (len(turns) + 2)]
+    for label, r in evals.items():
+        mean = r.get("mean_turns_resolved")
+        lines.append(f"| {label} | " + "".join(f"{(r.get('resolved_by_turn') or {}).get(t, 0)} | " for t in turns)
+                     + (f"{mean:.2f} |" if mean is not None else "- |"))
+    return lines
+
+
 # ---------------------------------------------------------------- one evaluation
 # (title, rates key, sizes key) of each per-group breakdown an evaluation report carries
 BREAKDOWNS = (("project", "by_project", "project_sizes"),
@@ -185,6 +230,10 @@ def eval_text(r: dict[str, Any], ks: list[int] | None = None) -> str:
                  + (f"; ungraded tasks: {', '.join(r['ungraded'])}" if r.get("ungraded") else ""))
     lines.append(f"  format-error rate per turn {r.get('format_error_rate', 0.0):.3f}; exit reasons: "
                  + ", ".join(f"{k} {v}" for k, v in (r.get("exit_reasons") or {}).items()))
+    if r.get("resolved_by_turn"):
+        mean = r.get("mean_turns_resolved")
+        lines.append("  resolved by turn " + ", ".join(f"{t}: {n}" for t, n in r["resolved_by_turn"].items())
+                     + (f"; mean turns of resolved {mean:.2f}" if mean is not None else ""))
     tables = breakdowns(r)
     width = max([20] + [len(title) + 2 for title, _ in tables] + [len(g) + 2 for _, rows in tables for g, _, _ in rows])
     for title, rows in tables:
@@ -207,6 +256,8 @@ def eval_markdown(report: dict[str, Any], images: list[str]) -> str:
               *([f"- verdicts: {_statuses(r)}"] if r.get("statuses") else []),
               f"- format-error rate per turn: {r.get('format_error_rate', 0.0):.3f}",
               f"- exit reasons: {', '.join(f'{k} {v}' for k, v in (r.get('exit_reasons') or {}).items())}"]
+    table = turn_table({r.get("label") or "eval": r})
+    lines += ["", *table] if table else []
     for title, rows in breakdowns(r):
         lines += ["", f"| {title} | tasks | resolve rate |", "| --- | --- | --- |"]
         lines += [f"| {g} | {'' if n is None else n} | {v:.3f} |" for g, v, n in rows]
@@ -232,6 +283,7 @@ def write_eval_outputs(out_dir: Path, report: dict[str, Any], trajectories: list
     evals = {label: report}
     images = [plot_pass1(evals, out_dir / "pass1.png", f"Pass@1 of {label} ({report.get('policy')})"),
               plot_projects(evals, out_dir / "projects.png", f"Resolve rate per project: {label}")]
+    images += [p for p in [plot_turns(evals, out_dir / "turns.png", f"Per turn: {label}")] if p]
     md = out_dir / "report.md"
     md.write_text(eval_markdown(report, [str(p) for p in images]))
     return [*files, *images, md]
@@ -266,6 +318,10 @@ def report_json(preset: str, run_id: str, evals: dict[str, dict[str, Any]], iter
                          "errors": r.get("errors", 0), "policy": r.get("policy"),
                          "dataset_hash": r.get("dataset_hash"), "per_run": r.get("per_run", []),
                          "by_project": r.get("by_project", {}), "project_sizes": r.get("project_sizes", {}),
+                         "episodes": r.get("episodes", 0),
+                         "resolved_by_turn": r.get("resolved_by_turn", {}),
+                         "mean_turns_resolved": r.get("mean_turns_resolved"),
+                         "format_errors_by_turn": r.get("format_errors_by_turn", {}),
                          **_extra_pass_k(r)}
                  for label, r in evals.items()},
         "dapo_iterations": iterations,
@@ -283,6 +339,8 @@ def markdown(report: dict[str, Any], images: list[str]) -> str:
         extra = "".join(f"{r[k]:.3f} | " if k in r else "- | " for k in ks)
         lines.append(f"| {label} | {r.get('policy')} | {r['pass@1']:.3f} | {r['sem']:.3f} | {extra}"
                      f"{r['n_tasks']} | {r['n_runs']} | {r['errors']} |")
+    table = turn_table(report["eval"])
+    lines += ["", *table] if table else []
     if report.get("registry"):
         lines += ["", "| registered version | policy | eval | promotion | p-value | reason |",
                   "| --- | --- | --- | --- | --- | --- |"]
@@ -309,6 +367,7 @@ def write_report(out_dir: Path, preset: str, run_id: str, evals: dict[str, dict[
     if evals:
         images += [plot_pass1(evals, out_dir / "pass1.png", f"Pass@1 on the held-out eval set ({preset})"),
                    plot_projects(evals, out_dir / "projects.png", "Resolve rate per eval project")]
+        images += [p for p in [plot_turns(evals, out_dir / "turns.png", "Per turn, on the held-out eval set")] if p]
     it_png = plot_iterations(iterations, out_dir / "iterations.png", "DAPO iterations")
     if it_png:
         images.append(it_png)

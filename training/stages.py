@@ -20,10 +20,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from environments.feedback import feedback_unavailable
 from environments.records import TaskInstance
 from environments.sandbox import cleanup_leaked
 from environments.swe_env import SWEEnv
-from swerl.config import DAPOStage, Sampling, SwerlConfig
+from swerl.config import ConfigError, DAPOStage, Sampling, SwerlConfig
 from training import rft
 from training.agent import AgentLimits, EpisodeSpec
 from swerl.paths import state_dir
@@ -54,7 +55,18 @@ def episode_spec(cfg: SwerlConfig, dapo_stage: DAPOStage | None = None, one_shot
                            max_new_tokens=r.sampling.max_new_tokens),
         action_format=r.action_format, window=cfg.environment.window, one_shot=one_shot or r.one_shot_demo,
         prompt_style=r.prompt_style, show_source=r.show_source, observation_max_chars=r.observation_max_chars,
-        l_thr=dapo_stage.l_thr if dapo_stage else None)
+        feedback=r.feedback, l_thr=dapo_stage.l_thr if dapo_stage else None)
+
+
+def refuse_unchecked(tasks: list[TaskInstance], feedback: str) -> None:
+    """Test feedback needs tests the agent may see: refuse the stage before any episode runs."""
+    if feedback != "tests":
+        return
+    refused = [(t.instance_id, why) for t in tasks if (why := feedback_unavailable(t))]
+    if refused:
+        shown = "; ".join(f"{tid}: {why}" for tid, why in refused[:3])
+        raise ConfigError(f"rollout.feedback=tests cannot check {len(refused)} of {len(tasks)} tasks ({shown}); "
+                          "set rollout.feedback=none for this dataset")
 
 
 def rollouts(ctx: RunContext, batch: str, iteration: int, tasks: list[TaskInstance], samples: int, policy: str,
@@ -66,6 +78,7 @@ def rollouts(ctx: RunContext, batch: str, iteration: int, tasks: list[TaskInstan
         removed = cleanup_leaked()  # sandboxes of processes that died (a killed earlier attempt)
         if removed:
             log.warning("removed %d sandboxes left by dead processes", len(removed))
+    refuse_unchecked(tasks, spec.feedback)
     pin_rollout_devices(cfg.gpu)  # before the engine's first start
     backend = backend_for(ctx, policy)
     run_spec = RolloutSpec(**vars(spec), sampling=SamplingParams.from_config(sampling, seed=cfg.seed + iteration),
@@ -73,7 +86,7 @@ def rollouts(ctx: RunContext, batch: str, iteration: int, tasks: list[TaskInstan
 
     def make_env(task: TaskInstance) -> SWEEnv:
         return SWEEnv(task, cfg.environment, spec.action_format, observation_max_chars=spec.observation_max_chars,
-                      prompt_style=spec.prompt_style, show_source=spec.show_source)
+                      prompt_style=spec.prompt_style, show_source=spec.show_source, feedback=spec.feedback)
 
     sink = TrajectorySink(ctx.store, ctx.key("rollouts", batch, iteration))
     stats = collect(tasks, samples, backend, make_env, run_spec, spec.reward, sink=sink, progress=ctx.progress,

@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-ExitReason = Literal["submitted", "max_turns", "context_full", "timeout", "error"]
+ExitReason = Literal["submitted", "tests_passed", "max_turns", "context_full", "timeout", "error"]
 
 
 @dataclass

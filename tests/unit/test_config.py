@@ -9,7 +9,7 @@ pytestmark = pytest.mark.unit
 
 
 def test_presets_load():
-    for name in ("smoke", "cpu-demo", "gpu-7b", "paper-72b"):
+    for name in ("smoke", "cpu-demo", "cpu-demo-multiturn", "gpu-7b", "paper-72b"):
         cfg = load_config(name)
         assert cfg.preset == name
 

@@ -62,7 +62,7 @@ def test_eval_outputs_are_swebench_shaped_and_complete(tmp_path):
     report, trajs = eval_report("rft", "rft-0", 1.0, seed=1, runs=3, error_ids=("tomli-4",))
     files = write_eval_outputs(tmp_path, report, trajs)
     assert sorted(f.name for f in files) == ["pass1.png", "projects.png", "report-run0.json", "report-run1.json",
-                                             "report-run2.json", "report.md"]
+                                             "report-run2.json", "report.md", "turns.png"]
     for r in range(3):
         sb = json.loads((tmp_path / f"report-run{r}.json").read_text())
         mine = [t for t in trajs if t.sample_index == r]
