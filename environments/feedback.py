@@ -21,6 +21,7 @@ MAX_TESTS = 8  # failing tests run per check: enough to see the failure, cheap t
 MAX_FAILURE_LINES = 14  # of the first failure's traceback, where the assertion is
 PASSED_NOTE = "The failing tests pass now."
 UNDONE_NOTE = "Your change was undone, so the file is as it was."
+REPEATED_NOTE = "You wrote this line already, and the tests failed with it. Write a different corrected line."
 # the first observation's own request (prompts.instance_prompt, line style), so that every turn
 # ends the way the turn the policy answers best does
 RETRY = "Write the corrected line in one ```python block."

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 from environments.actions import ActionFormat, FormatError, parse_action
-from environments.feedback import RETRY, UNDONE_NOTE, Check, feedback_unavailable, run_check, undo_changes
+from environments.feedback import REPEATED_NOTE, RETRY, UNDONE_NOTE, Check, feedback_unavailable, run_check, undo_changes
 from environments.hints import quoted_line
 from environments.prompts import PromptStyle, instance_prompt
 from environments.records import GradeResult, TaskInstance
@@ -76,6 +76,7 @@ class SWEEnv:
         self.patch: str | None = None  # set by submit
         self.diff_problem = ""  # why diff() gave the empty patch for a tree it could not diff
         self._unchanged_check: Check | None = None
+        self._failed_tries: set[str] = set()
         self.done = False
 
     # --- episode -------------------------------------------------------------------------------
@@ -87,6 +88,7 @@ class SWEEnv:
         self.sandbox = factory(self.task.image, self.env_cfg)
         self.patch, self.done = None, False
         self._unchanged_check = None  # the failing tests' output on the untouched tree (feedback)
+        self._failed_tries = set()  # python blocks the tests already failed: a repeat is not run again
         res = self.sandbox.exec(f"cd {shlex.quote(self.sandbox.workdir)} && {_SESSION_SETUP}",
                                 timeout=self.env_cfg.command_timeout_s)
         if res.exit_code != 0:
@@ -124,6 +126,8 @@ class SWEEnv:
             self.done = True
             changed = sum(1 for ln in self.patch.splitlines() if ln.startswith("diff --git"))
             return StepResult(f"Submitted: {changed} file(s) changed.", True, False, action.text, "submitted")
+        if self.feedback == "tests" and action.kind == "rewrite" and action.text.strip() in self._failed_tries:
+            return StepResult(self._observe(f"{REPEATED_NOTE}\n{RETRY}"), False, False, action.text)
         body = self._shell(action.text) if action.kind == "shell" else run_tool(self.ws, action)
         if self.feedback == "tests":
             return self._checked(body, action.kind == "rewrite", action.text)
@@ -171,6 +175,7 @@ class SWEEnv:
         if not patch.strip():
             if not rewrite:
                 return StepResult(self._observe(body), False, False, command)
+            self._failed_tries.add(command.strip())
             if self._unchanged_check is None:
                 self._unchanged_check = run_check(self.sandbox, self.task, self.env_cfg.command_timeout_s)
             shown = f"{body}\n{self._unchanged_check.report}\n{RETRY}"
@@ -179,6 +184,7 @@ class SWEEnv:
         if check.passed:
             self.patch, self.done = patch, True
             return StepResult(f"{body}\n{check.report}", True, False, command, "tests_passed")
+        self._failed_tries.add(command.strip())
         failed = undo_changes(self.sandbox)
         undone = UNDONE_NOTE if failed is None else f"Your change could not be undone ({failed})."
         return StepResult(self._observe(f"{body}\n{check.report}\n{undone}\n{RETRY}"), False, False, command)

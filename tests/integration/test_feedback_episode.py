@@ -47,9 +47,12 @@ def test_a_wrong_line_gets_the_test_output_and_is_undone_then_the_right_one_ends
         assert "assert 6 == 5" in wrong.observation  # the assertion pytest reported, from the real run
         assert UNDONE_NOTE in wrong.observation
         assert env.diff() == ""  # undone: the next try starts from the file as it was
+        again = _line(env, "return a * b")  # a try the tests already failed is not run again
+        assert not again.done and "You wrote this line already" in again.observation
         same = _line(env, "return a - b")
         # an unchanged line is answered with the failure of the code as it is
         assert not same.done and "changes nothing" in same.observation and "assert -1 == 5" in same.observation
+        assert "You wrote this line already" in _line(env, "return a - b").observation
         right = _line(env, "return a + b")
         assert right.done and right.exit_reason == "tests_passed" and PASSED_NOTE in right.observation
         assert "+    return a + b" in env.patch
