@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from environments.base_image import RELEASES
-from environments.curation.importers import import_tasks, unpack_mirror
+from environments.curation.importers import ImportSourceError, import_tasks, unpack_mirror
 from environments.images import build_images
 from environments.records import TaskInstance
 
@@ -164,7 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="swerl-real-") as tmp:
         out = args.out or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
-        res = run(args.rows.resolve(), out.resolve(), args.workers, args.reruns, not args.no_curate)
+        try:
+            res = run(args.rows.resolve(), out.resolve(), args.workers, args.reruns, not args.no_curate)
+        except (ImportSourceError, OSError, json.JSONDecodeError) as e:
+            print(f"bench.real_instances: {e}", file=sys.stderr)
+            return 2
         (out / "summary.json").write_text(json.dumps(res, indent=2))
     print("\n" + markdown(res["table"] + [res["total"]]))
     print("\n" + markdown(res["builds"]))
