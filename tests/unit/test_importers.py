@@ -173,3 +173,12 @@ def test_unpack_mirror_makes_a_repo_mirror_from_archives_and_refuses_a_directory
     assert (root / "o__r.git" / "HEAD").is_file()
     with pytest.raises(ImportSourceError, match="no owner__name.git.tar.gz repository archives"):
         unpack_mirror(tmp_path / "src", tmp_path / "m2")
+
+
+def test_swebench_specs_get_the_pytest_their_rows_were_validated_on():
+    from environments.swebench_specs import era_pytest
+
+    assert era_pytest("pydicom/pydicom", ["numpy", "pytest"]) == (["numpy", "pytest<8"], True)
+    assert era_pytest("pallets/flask", ["Werkzeug==2.3.7"]) == (["Werkzeug==2.3.7", "pytest<8"], True)
+    assert era_pytest("o/r", ["pytest==7.4.0", "pytest-cov"]) == (["pytest==7.4.0", "pytest-cov"], False)
+    assert era_pytest("pytest-dev/pytest", ["py==1.11.0"]) == (["py==1.11.0"], False)
