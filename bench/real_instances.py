@@ -121,7 +121,7 @@ def write_predictions(rows: list[dict], path: Path, gold: bool) -> Path:
     return path
 
 
-def run(rows_path: Path, out: Path, workers: int, reruns: int, curate: bool) -> dict:
+def run(rows_path: Path, out: Path, workers: int, reruns: int, curate: bool, sets: list[str]) -> dict:
     rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
     mirror = unpack_mirror(rows_path.parent, out / "mirror")
     t0 = time.monotonic()
@@ -136,14 +136,14 @@ def run(rows_path: Path, out: Path, workers: int, reruns: int, curate: bool) -> 
     for label in ("gold", "empty"):
         preds = write_predictions(rows, out / f"{label}.predictions.jsonl", gold=label == "gold")
         t1 = time.monotonic()
-        swerl("grade", "--tasks", str(tasks_file), "--predictions", str(preds),
+        swerl("grade", *sets, "--tasks", str(tasks_file), "--predictions", str(preds),
               "--report", str(out / f"{label}.report.json"), "--workers", str(workers))
         walls[f"grade_{label}_s"] = round(time.monotonic() - t1, 1)
         verdicts[label] = json.loads((out / f"{label}.report.json").read_text())
     curation = None
     if curate:
         t2 = time.monotonic()
-        swerl("curate", "import", str(rows_path), "--source", "swe-bench-lite", "--repo-mirror", str(mirror),
+        swerl("curate", "import", *sets, str(rows_path), "--source", "swe-bench-lite", "--repo-mirror", str(mirror),
               "--reruns", str(reruns), "--workers", str(workers), "--report", str(out / "curation.json"))
         walls["curate_s"] = round(time.monotonic() - t2, 1)
         curation = json.loads((out / "curation.json").read_text())
@@ -160,12 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--reruns", type=int, default=1, help="curate import's determinism reruns")
     p.add_argument("--no-curate", action="store_true", help="skip `swerl curate import` (the filters)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override both swerl commands get, e.g. environment.test_timeout_s=900")
     args = p.parse_args(argv)
+    sets = [x for kv in args.set for x in ("--set", kv)]
     with tempfile.TemporaryDirectory(prefix="swerl-real-") as tmp:
         out = args.out or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
         try:
-            res = run(args.rows.resolve(), out.resolve(), args.workers, args.reruns, not args.no_curate)
+            res = run(args.rows.resolve(), out.resolve(), args.workers, args.reruns, not args.no_curate, sets)
         except (ImportSourceError, OSError, json.JSONDecodeError) as e:
             print(f"bench.real_instances: {e}", file=sys.stderr)
             return 2
