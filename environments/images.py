@@ -49,9 +49,11 @@ BUILD_CA_LINES = [
 # Upstream (SWE-bench-style) environments get their own venv, as SWE-bench's get a conda env:
 # their specs pin versions of what Debian installed (pytest, pluggy), which pip cannot replace in
 # the system site; and their `test_cmd` calls `pytest`. setuptools stays below 70: old repos
-# still import pkg_resources and install with `setup.py develop`.
+# still import pkg_resources and install with `setup.py develop`. pip stays below 25.3, the last
+# that falls back to `setup.py develop` for `pip install -e .` when a repo pins a build backend
+# older than PEP 660 (astroid 2.12-2.14 pin setuptools~=62.6), as SWE-bench's envs do.
 TESTBED_VENV = [
-    "RUN python3 -m venv /opt/testbed && /opt/testbed/bin/pip install -q --upgrade pip 'setuptools<70' wheel",
+    "RUN python3 -m venv /opt/testbed && /opt/testbed/bin/pip install -q --upgrade 'pip<25.3' 'setuptools<70' wheel",
     "ENV PATH=/opt/testbed/bin:$PATH VIRTUAL_ENV=/opt/testbed",
 ]
 TESTBED_PYTEST = "RUN python -m pytest --version >/dev/null 2>&1 || pip install -q pytest"

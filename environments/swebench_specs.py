@@ -10,6 +10,7 @@ kept when validation passes on it.
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
@@ -91,12 +92,33 @@ def _install_steps(spec: dict[str, Any]) -> tuple[list[str], list[str], dict[str
     return pip, steps, notes
 
 
+ERA_PYTEST = "pytest<8"
+_NAMES_PYTEST = re.compile(r"pytest\s*([<>=!~\[;]|$)")
+
+
+def era_pytest(repo: str, pip: list[str]) -> tuple[list[str], bool]:
+    """(pip, changed): swebench's specs name pytest bare or not at all, and their rows were
+    validated on pytest 7 (SWE-bench was collected in 2023); pytest 8 (2024) removed what those
+    suites use (nose-style `setup` methods, `monkeypatch.notset`), so a bare or missing pytest
+    becomes `pytest<8`. A pinned pytest stays, and pytest's own repo installs itself."""
+    if repo == "pytest-dev/pytest":
+        return pip, False
+    out = [ERA_PYTEST if p.strip() == "pytest" else p for p in pip]
+    if not any(_NAMES_PYTEST.match(p) for p in out):
+        out.append(ERA_PYTEST)
+    return out, out != pip
+
+
 def recipe(task: TaskInstance, repo_mirror: str | None = None) -> tuple[EnvSpec, dict[str, Any], str, str]:
     """(EnvSpec, recipe notes, test_cmd, log_parser) for an upstream task. The notes say where
     the spec came from (`origin`: install_config | swebench | generic), the Python it asked for
     and, where no base has that Python, the substitution made."""
     spec, origin = upstream_spec(task)
     pip, steps, notes = _install_steps(spec)
+    if origin == "swebench":
+        pip, changed = era_pytest(task.repo, pip)
+        if changed:
+            notes["pytest"] = ERA_PYTEST
     wanted = str(spec.get("python", "") or "")
     notes.update({"origin": origin, "python": wanted, "generic": origin == "generic"})
     sub = python_substitution(wanted)

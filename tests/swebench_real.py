@@ -5,10 +5,10 @@ tests/integration/test_reward_hacks.py)."""
 
 from __future__ import annotations
 
-import tarfile
 from pathlib import Path
 
 from environments.curation.importers import import_tasks
+from environments.curation.importers import unpack_mirror as _unpack
 from environments.records import TaskInstance
 
 DATA = Path(__file__).resolve().parent / "data" / "swebench_real"
@@ -17,10 +17,7 @@ MARSHMALLOW_ID = "marshmallow-code__marshmallow-1343"
 
 def unpack_mirror(root: Path) -> Path:
     """Every shipped repository archive unpacked under `root`: the mirror the import clones from."""
-    for archive in DATA.glob("*.git.tar.gz"):
-        with tarfile.open(archive) as tf:
-            tf.extractall(root, filter="data")
-    return root
+    return _unpack(DATA, root)
 
 
 def import_real(mirror: Path) -> dict[str, TaskInstance]:

@@ -11,6 +11,7 @@ from GitHub, or from a local mirror directory of bare repositories named `owner_
 from __future__ import annotations
 
 import json
+import tarfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -94,6 +95,19 @@ def read_tasks(path_or_name: str, hf_split: str = "test", data_files: str | list
         raise ImportSourceError(f"{path}: no such file")
     name = HF_NAMES.get(path_or_name, path_or_name)
     return _to_tasks(_records_from_hub(name, hf_split))
+
+
+def unpack_mirror(archives: str | Path, root: str | Path) -> Path:
+    """Every `owner__name.git.tar.gz` under `archives` (shallow bare repositories, as
+    tests/data/swebench_real/make_fixture.py packs them) unpacked under `root`: a directory
+    `--repo-mirror` takes."""
+    found = sorted(Path(archives).glob("*.git.tar.gz"))
+    if not found:
+        raise ImportSourceError(f"{archives}: no owner__name.git.tar.gz repository archives")
+    for archive in found:
+        with tarfile.open(archive) as tf:
+            tf.extractall(root, filter="data")
+    return Path(root)
 
 
 def import_tasks(path_or_name: str, source: str, repo_mirror: str | None = None,

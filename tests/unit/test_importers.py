@@ -155,3 +155,30 @@ def test_a_spec_for_a_python_no_release_ships_records_the_substitution(tmp_path)
     assert wanted == "3.6"
     assert substituted.meta["python_substitution"] == {"wanted": "3.6", "built_with": "3.9", "release": "bullseye"}
     assert substituted.meta["env_spec"]["python"] == "bullseye"
+
+
+def test_unpack_mirror_makes_a_repo_mirror_from_archives_and_refuses_a_directory_without_any(tmp_path):
+    import subprocess
+    import tarfile
+
+    from environments.curation.importers import unpack_mirror
+
+    bare = tmp_path / "src" / "o__r.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    with tarfile.open(archives / "o__r.git.tar.gz", "w:gz") as tf:
+        tf.add(bare, arcname="o__r.git")
+    root = unpack_mirror(archives, tmp_path / "mirror")
+    assert (root / "o__r.git" / "HEAD").is_file()
+    with pytest.raises(ImportSourceError, match="no owner__name.git.tar.gz repository archives"):
+        unpack_mirror(tmp_path / "src", tmp_path / "m2")
+
+
+def test_swebench_specs_get_the_pytest_their_rows_were_validated_on():
+    from environments.swebench_specs import era_pytest
+
+    assert era_pytest("pydicom/pydicom", ["numpy", "pytest"]) == (["numpy", "pytest<8"], True)
+    assert era_pytest("pallets/flask", ["Werkzeug==2.3.7"]) == (["Werkzeug==2.3.7", "pytest<8"], True)
+    assert era_pytest("o/r", ["pytest==7.4.0", "pytest-cov"]) == (["pytest==7.4.0", "pytest-cov"], False)
+    assert era_pytest("pytest-dev/pytest", ["py==1.11.0"]) == (["py==1.11.0"], False)
