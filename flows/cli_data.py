@@ -7,7 +7,8 @@ import argparse
 import sys
 
 from flows.cli_common import (
-    SubParsers, add_config_args, add_run_args, flow_kwargs, load_cli_config, one_line_errors, tasks_with_images,
+    SubParsers, add_config_args, add_run_args, flow_kwargs, load_cli_config, one_line, one_line_errors,
+    tasks_with_images,
 )
 from swerl.config import ConfigError, SwerlConfig
 
@@ -128,21 +129,27 @@ def cmd_curate_import(args: argparse.Namespace) -> int:
     import json
 
     from environments.curation.dataset import save_dataset
-    from environments.curation.filters import counts_line, filter_tasks
-    from environments.curation.importers import ImportSourceError, import_tasks
+    from environments.curation.filters import counts_line
+    from environments.curation.importers import SOURCES, ImportSourceError
+    from environments.curation.imported import import_and_filter
+    from swerl.config import ImportSpec
     from swerl.store import open_store
 
     cfg = load_cli_config(args)
+    if args.source not in SOURCES:
+        print(f"swerl: curate import: unknown source {args.source!r} (known: {', '.join(SOURCES)})", file=sys.stderr)
+        return 2
     try:
-        report = import_tasks(args.source_path, args.source, repo_mirror=args.repo_mirror, split=args.split)
+        spec = ImportSpec(source=args.source, path=args.source_path, repo_mirror=args.repo_mirror,
+                          instance_ids_file=args.instance_ids, reruns=args.reruns)
+        report, filtered = import_and_filter(spec, args.split, cfg.environment, workers=args.workers,
+                                             progress=lambda line: print(line, file=sys.stderr))
     except (ImportSourceError, ValueError) as e:
-        print(f"swerl: curate import: {e}", file=sys.stderr)
+        print(f"swerl: curate import: {one_line(e)}", file=sys.stderr)
         return 2
     for err in report.errors:
         print(f"swerl: skipped: {err}", file=sys.stderr)
     print(f"imported {len(report.tasks)} tasks ({len(report.errors)} unreadable)")
-    filtered = filter_tasks(report.tasks, cfg.environment, reruns=args.reruns, workers=args.workers,
-                            progress=lambda line: print(line, file=sys.stderr))
     print(counts_line(filtered))
     for name, dropped in filtered.dropped.items():
         for iid, why in dropped.items():
@@ -153,8 +160,8 @@ def cmd_curate_import(args: argparse.Namespace) -> int:
         Path(args.report).write_text(json.dumps({"unreadable": report.errors, **filtered.summary()}, indent=2))
     if args.name and filtered.kept:
         ref = save_dataset(open_store(cfg.storage), args.name, filtered.kept,
-                           {"source": args.source, "from": args.source_path, "reruns": args.reruns,
-                            "filters": filtered.summary()["dropped_by"], "unreadable": len(report.errors)})
+                           {"import": spec.model_dump(), "filters": filtered.summary()["dropped_by"],
+                            "unreadable": len(report.errors)})
         print(f"dataset {ref.name}@{ref.hash} -> {ref.uri}")
     return 0 if filtered.kept else 1
 
@@ -172,6 +179,7 @@ def add_curate(sub: SubParsers) -> None:
     imp.add_argument("--source", required=True, help="swe-bench, swe-bench-lite, swe-bench-verified, swe-rebench, swe-gym")
     imp.add_argument("--repo-mirror", help="directory of bare mirrors named owner__name.git")
     imp.add_argument("--split", help="train or eval (default: by source)")
+    imp.add_argument("--instance-ids", help="keep only these instances: a file with one instance id per line")
     imp.add_argument("--name", help="save the tasks that pass every filter as this dataset in the store")
     imp.add_argument("--reruns", type=int, default=1,
                      help="extra gold and empty runs per task for the determinism filter (default 1)")

@@ -58,6 +58,20 @@ class Sampling(Strict):
         return bad
 
 
+class ImportSpec(Strict):
+    """An upstream collection as one split of the run: imported, run through the paper's filters
+    in real containers, and kept in the store under the split's dataset name (reused while this
+    spec is unchanged)."""
+
+    source: Literal["swe-bench", "swe-bench-lite", "swe-bench-verified", "swe-rebench", "swe-gym"]
+    path: str  # a .json/.jsonl/.parquet file, or a Hugging Face dataset name
+    hf_split: str = "test"  # the hub split, for a dataset name
+    repo_mirror: str | None = None  # bare mirrors owner__name.git, where GitHub is out of reach
+    # a subset by instance id, one per line (e.g. an evaluation subset such as a Verified-50)
+    instance_ids_file: str | None = None
+    reruns: int = Field(1, ge=0)  # extra gold and empty runs per task for the determinism filter
+
+
 class DataConfig(Strict):
     train_dataset: str = "synth-train"
     eval_dataset: str = "synth-eval"
@@ -67,6 +81,10 @@ class DataConfig(Strict):
     # depends on the machine's speed and load)
     train_hash: str | None = None
     eval_hash: str | None = None
+    # imported instead of synthesised (both splits or neither): SWE-rebench / SWE-Gym to train,
+    # SWE-bench Verified to evaluate, as the paper does
+    train_import: ImportSpec | None = None
+    eval_import: ImportSpec | None = None
     tasks_file: str | None = None  # a local tasks.jsonl overriding the dataset store lookup
     eval_tasks_file: str | None = None
     projects_train: list[str] = Field(default_factory=list)  # "name==version"
@@ -95,6 +113,14 @@ class DataConfig(Strict):
         if split not in ("train", "eval"):
             raise ValueError(f"no dataset split {split!r}: 'train' or 'eval'")
         return self.train_hash if split == "train" else self.eval_hash
+
+    @model_validator(mode="after")
+    def _imports_together(self) -> "DataConfig":
+        if (self.train_import is None) != (self.eval_import is None):
+            raise ValueError("data.train_import and data.eval_import go together: set both or neither")
+        if self.train_import and (self.train_hash or self.eval_hash):
+            raise ValueError("data.*_import and data.*_hash exclude each other: an imported split is pinned by its spec")
+        return self
 
     @model_validator(mode="after")
     def _pins_together(self) -> "DataConfig":

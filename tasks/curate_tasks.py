@@ -1,4 +1,4 @@
-"""The curation task: the run's train and eval datasets, pinned or synthesised (the work is
+"""The curation task: the run's train and eval datasets, imported, pinned or synthesised (the work is
 cached per project in the store, see environments/curation), logged as MLflow dataset inputs."""
 
 from __future__ import annotations
@@ -8,16 +8,18 @@ from typing import Any
 from prefect import task
 
 from environments.curation.curate import curate_pinned, curate_synth
+from environments.curation.imported import curate_imported
 from tasks.retry import RETRYABLE_TASK
 from tasks.run_context import RunRef, open_run, timed
 
 
 def curate_datasets(ref: RunRef) -> dict[str, Any]:
-    """Both datasets of the run's config: the pinned ones, else synthesised (or found cached);
-    logged to MLflow as dataset inputs."""
+    """Both datasets of the run's config: imported (data.*_import), pinned, else synthesised (or
+    found cached); logged to MLflow as dataset inputs."""
     t = open_run(ref)
-    train, evals, stats = (curate_pinned(t.ctx.cfg, t.ctx.store, progress=print)
-                           or curate_synth(t.ctx.cfg, t.ctx.store, progress=print))
+    cfg, store = t.ctx.cfg, t.ctx.store
+    train, evals, stats = (curate_imported(cfg, store, progress=print) or curate_pinned(cfg, store, progress=print)
+                           or curate_synth(cfg, store, progress=print))
     rid = t.child("curate")
     for dataset, split in ((train, "train"), (evals, "eval")):
         n = dataset.counts["total"]
