@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -97,10 +97,8 @@ def modifier_of(task: TaskInstance) -> str:
 
 def turn_breakdown(trajs: list[Trajectory]) -> tuple[dict[str, int], float | None, dict[str, float]]:
     """Resolved episodes per ending turn, their mean turns, and format errors per turn index."""
-    ends = sorted(t.num_turns for t in trajs if t.status == "resolved")
-    by_turn: dict[str, int] = {}
-    for n in ends:
-        by_turn[str(n)] = by_turn.get(str(n), 0) + 1
+    ends = [t.num_turns for t in trajs if t.status == "resolved"]
+    by_turn = {str(n): c for n, c in sorted(Counter(ends).items())}
     errors: dict[int, list[bool]] = defaultdict(list)
     for t in trajs:
         for i, turn in enumerate(t.turns, start=1):

@@ -38,9 +38,9 @@ def import_and_filter(spec: ImportSpec, split: str | None, env_cfg: EnvironmentC
     report = import_tasks(spec.path, spec.source, repo_mirror=spec.repo_mirror, split=split, hf_split=spec.hf_split)
     ids = wanted_ids(spec)
     if ids is not None:
-        have = {t.instance_id for t in report.tasks}
+        have, wanted = {t.instance_id for t in report.tasks}, set(ids)
         report.errors += [f"{i}: named in {spec.instance_ids_file} but not in {spec.path}" for i in ids if i not in have]
-        report.tasks = [t for t in report.tasks if t.instance_id in set(ids)]
+        report.tasks = [t for t in report.tasks if t.instance_id in wanted]
     filtered = filter_tasks(report.tasks, env_cfg, reruns=spec.reruns, workers=workers, progress=progress)
     return report, filtered
 
