@@ -18,9 +18,10 @@ from typing import Literal
 
 from environments.actions import ActionFormat
 from environments.feedback import RETRY, UNDONE_NOTE, first_failure
-from environments.hints import LINE_HINT, with_line_hint
+from environments.hints import LINE_HINT, POINTER_HINT, pointed_line, with_line_hint, with_line_pointer
 from environments.records import TaskInstance
 from environments.sandbox import WORKDIR
+from environments.tools import Text, render_window
 
 PromptStyle = Literal["full", "short", "line"]
 SHORT_STYLES = ("short", "line")
@@ -68,16 +69,24 @@ _LINE_SYSTEM = ("You are an expert Python programmer who fixes bugs. Reply with 
 _LINE_FEEDBACK_SYSTEM = ("You are an expert Python programmer who fixes bugs. Reply with the corrected line in one "
                          "```python block; it replaces the line it corrects in the file, and the failing tests "
                          "run. If they still fail, read their output and write a different corrected line.")
+# Line style, hint level 5: the issue gives the wrong line's file and number; it must be opened
+# before it can be corrected (the observation the fix depends on).
+_POINTER_SYSTEM = ("You are an expert Python programmer who fixes bugs. The issue says which line looks wrong. "
+                   "First open it: reply ```bash\nopen FILE LINE\n```. Then reply with that line corrected in one "
+                   "```python block; it replaces the line in the file, and the failing tests run. If they still "
+                   "fail, read their output and write a different corrected line.")
 _SHORT_SYSTEM_TOOLS = ("You are an expert Python programmer who fixes bugs, one shell command per reply in one "
                        "```bash block (use sed or python to edit files). When the bug is fixed, reply "
                        "```bash\nsubmit\n```")
 
 
 def system_prompt(action_format: ActionFormat, window: int, style: PromptStyle = "full",
-                  feedback: bool = False) -> str:
+                  feedback: bool = False, pointer: bool = False) -> str:
     if style in SHORT_STYLES:
         if action_format != "tools+file":
             return _SHORT_SYSTEM_TOOLS
+        if style == "line" and pointer:
+            return _POINTER_SYSTEM
         if style == "line":
             return _LINE_FEEDBACK_SYSTEM if feedback else _LINE_SYSTEM
         return _SHORT_SYSTEM
@@ -96,6 +105,8 @@ def instance_prompt(task: TaskInstance, style: PromptStyle = "full", view: str |
     if style in SHORT_STYLES:
         what = f"`{function.rsplit('.', 1)[-1]}`" if function else "code"
         what = "line" if style == "line" else what
+        if style == "line" and pointed_line(task.problem_statement):
+            return issue + "\nOpen that line in one ```bash block, then write it corrected in one ```python block."
         return issue + shown + f"\nWrite the corrected {what} in one ```python block."
     return (issue + shown + f"The repository {task.repo} is checked out at {WORKDIR}. Change its source files so "
             "that the issue is resolved, then submit. The tests that check your fix are hidden; you may write and "
@@ -255,8 +266,39 @@ def line_examples() -> list[dict[str, str]]:
     return messages
 
 
+def pointer_example_task(path: str, function: str, statement: str, line: int) -> TaskInstance:
+    """A worked example as a hint-level-5 task: the wrong line's file and number, not its text."""
+    named = f"{statement}\n\nThe problem seems to be in `{function}` in `{path}`."
+    return TaskInstance(instance_id=f"demo__{function}-1", repo=f"demo/{function}", base_commit="HEAD",
+                        problem_statement=with_line_pointer(named, path, line), patch="", test_patch="",
+                        FAIL_TO_PASS=[], PASS_TO_PASS=[], meta={"hint_level": POINTER_HINT})
+
+
+def pointer_demo(window: int, feedback: bool) -> list[dict[str, str]]:
+    """Hint level 5's worked examples: the issue points at a line, the agent opens it (the view is
+    what `open FILE LINE` prints with this window), then writes the line corrected. With
+    `feedback` the first example's first try is wrong, and its failing test comes back."""
+    examples = [(DEMO_FILE, "rectangle_area", DEMO_SOURCE, DEMO_STATEMENT, "return width * width",
+                 "return width * height")] + LINE_EXAMPLES
+    messages: list[dict[str, str]] = []
+    for i, (path, function, source, statement, wrong, right) in enumerate(examples):
+        text = Text.parse(source)
+        line = next(k for k, old in enumerate(text.lines, 1) if old.strip() == wrong)
+        view, _ = render_window(f"{WORKDIR}/{path}", text, line - window // 2, window)
+        prompt = instance_prompt(pointer_example_task(path, function, statement, line), "line")
+        foot = state_footer(f"{WORKDIR}/{path}")
+        messages += [{"role": "user", "content": (DEMO_PREFIX if i == 0 else "") + prompt + "\n" + _FOOT_NONE},
+                     {"role": "assistant", "content": f"```bash\nopen {path} {line}\n```"},
+                     {"role": "user", "content": f"{view}\n{foot}"}]
+        if i == 0 and feedback:
+            messages += [{"role": "assistant", "content": _LINE_WRONG}, {"role": "user", "content": _LINE_TRIED}]
+        messages.append({"role": "assistant", "content": f"```python\n{right}\n```"})
+    return messages
+
+
 def one_shot_demo(action_format: ActionFormat, style: PromptStyle = "full", show_source: bool = False,
-                  line_hint: bool = False, feedback: bool = False) -> list[dict[str, str]]:
+                  line_hint: bool = False, feedback: bool = False, pointer: bool = False,
+                  window: int = 100) -> list[dict[str, str]]:
     """Chat messages solving a made-up bug; they precede the real task: the rollout engine
     composes [system, *one_shot_demo, user: SWEEnv.reset()'s observation, ...].
 
@@ -265,7 +307,10 @@ def one_shot_demo(action_format: ActionFormat, style: PromptStyle = "full", show
     first observation will be; with `line_hint` its statement also quotes the wrong line, as
     hint-level-4 statements do. Line style: the fix is the corrected line, and LINE_EXAMPLES
     follow the demo; with `feedback` (line style), a wrong line, its failing test, the right line.
+    `pointer` (line style, hint level 5): every example opens the pointed-at line first.
     """
+    if pointer and style == "line" and action_format == "tools+file":
+        return pointer_demo(window, feedback)
     if feedback and style == "line" and action_format == "tools+file":
         task = DEMO_TASK_LINE if line_hint else DEMO_TASK_NAMED
         return [

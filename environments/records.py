@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
-from environments.hints import LINE_HINT, line_statement
+from environments.hints import LINE_HINT, POINTER_HINT, line_statement, pointer_statement
 
 Status = Literal["resolved", "unresolved", "error"]
 
@@ -198,15 +198,17 @@ def parse_record(line: str | None) -> TaskInstance:
 def at_hint_level(task: TaskInstance, level: int) -> TaskInstance:
     """The same task stated at another hint level (curation stores every level's statement in
     `meta["statements"]`), so a curriculum picks its level at load time without re-curating.
-    Tasks without that level (imported ones) are returned unchanged. Level 4 (the wrong line
-    named) is derived from level 3 and the bug patch; a bug that is not a one-line change stays
-    at level 3, and its meta says so."""
+    Tasks without that level (imported ones) are returned unchanged. Levels 4 and 5 (the wrong
+    line quoted, or pointed at by file and number) are derived from level 3 and the bug patch; a
+    bug that is not a one-line change stays at level 3, and its meta says so."""
     statements = task.meta.get("statements") or {}
     text = statements.get(str(level))
-    if text is None and level == LINE_HINT and str(LINE_HINT - 1) in statements:
-        text = line_statement(statements[str(LINE_HINT - 1)], task.meta.get("bug_patch") or "")
+    if text is None and level in (LINE_HINT, POINTER_HINT) and "3" in statements:
+        bug = task.meta.get("bug_patch") or ""
+        text = (line_statement(statements["3"], bug) if level == LINE_HINT
+                else pointer_statement(statements["3"], bug, task.meta.get("mutations") or []))
         if text is None:
-            return at_hint_level(task, LINE_HINT - 1)
+            return at_hint_level(task, 3)
     if text is None or task.meta.get("hint_level") == level:
         return task
     d = task.to_dict()

@@ -16,7 +16,7 @@ from typing import Callable, Literal
 
 from environments.actions import ActionFormat, FormatError, parse_action
 from environments.feedback import REPEATED_NOTE, RETRY, UNDONE_NOTE, Check, feedback_unavailable, run_check, undo_changes
-from environments.hints import quoted_line
+from environments.hints import pointed_line, quoted_line
 from environments.prompts import PromptStyle, instance_prompt
 from environments.records import GradeResult, TaskInstance
 from environments.sandbox import DiffFailed, DiffTooLarge, Sandbox, SandboxDead, SandboxError, open_sandbox
@@ -94,7 +94,7 @@ class SWEEnv:
         if res.exit_code != 0:
             raise SandboxError(f"sandbox session setup failed ({res.exit_code}): {res.output.strip()[:500]}")
         self.ws = Workspace(self.sandbox, self.sandbox.workdir, self.env_cfg.window,
-                            quoted=quoted_line(self.task.problem_statement))
+                            quoted=quoted_line(self.task.problem_statement) or self._pointed_text())
         named = named_function(self.task) if self.show_source else None
         view = function_view(self.ws, *named) if named else None
         shown = enclosing(named[1]) if named and view else None
@@ -188,6 +188,19 @@ class SWEEnv:
         failed = undo_changes(self.sandbox)
         undone = UNDONE_NOTE if failed is None else f"Your change could not be undone ({failed})."
         return StepResult(self._observe(f"{body}\n{check.report}\n{undone}\n{RETRY}"), False, False, command)
+
+    def _pointed_text(self) -> str | None:
+        """The text of the line a hint-level-5 statement points at, so that a one-line fix replaces
+        that line (as a quoted one would); the agent is not shown it until it opens the file."""
+        pointed = pointed_line(self.task.problem_statement)
+        if pointed is None:
+            return None
+        assert self.sandbox is not None
+        try:
+            lines = self.sandbox.read_file(f"{self.sandbox.workdir}/{pointed[0]}").split("\n")
+        except FileNotFoundError:
+            return None
+        return lines[pointed[1] - 1].strip() if 0 < pointed[1] <= len(lines) else None
 
     def _shell(self, cmd: str) -> str:
         assert self.sandbox is not None

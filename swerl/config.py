@@ -92,8 +92,9 @@ class DataConfig(Strict):
     max_tasks_per_project: int = Field(60, ge=1)
     max_tasks: int | None = Field(None, ge=1)  # cap per split, after the per-project cap
     # how much the issue says (3 = names file and function); applied when tasks are loaded
-    hint_level: int = Field(1, ge=0, le=4)  # 4: + the wrong line (records.at_hint_level)
-    # drop tasks that cannot be stated at hint_level (level 4 needs a one-line bug; by default
+    # 4: + the wrong line quoted; 5: + its file and line number, not its text (environments/hints.py)
+    hint_level: int = Field(1, ge=0, le=5)
+    # drop tasks that cannot be stated at hint_level (levels 4-5 need a one-line bug; by default
     # such tasks stay, stated at level 3)
     exact_hint_level: bool = False
     # curriculum: keep only synthesised bugs of these kinds (both splits; None = all kinds)
@@ -413,11 +414,17 @@ class SwerlConfig(Strict):
     @model_validator(mode="after")
     def _line_style_has_a_line_to_fix(self) -> "SwerlConfig":
         d, r = self.data, self.rollout
-        if r.prompt_style == "line" and (d.hint_level != 4 or not d.exact_hint_level or r.action_format != "tools+file"
-                                         or not r.show_source):
-            raise ValueError("rollout.prompt_style: 'line' asks for the corrected version of the line the issue quotes: "
-                             "it needs data.hint_level 4, data.exact_hint_level true, rollout.action_format "
-                             "'tools+file' and rollout.show_source true (which opens the file the line is in)")
+        if r.prompt_style != "line":
+            return self
+        # level 4: the quoted line is the code to correct, in the file show_source opens;
+        # level 5: the agent opens the pointed-at line itself (rollout.show_source false)
+        pointer = d.hint_level == 5
+        if d.hint_level not in (4, 5) or not d.exact_hint_level or r.action_format != "tools+file" \
+                or r.show_source == pointer:
+            raise ValueError("rollout.prompt_style: 'line' asks for the corrected version of the line the issue points "
+                             "at: it needs data.exact_hint_level true, rollout.action_format 'tools+file', and either "
+                             "data.hint_level 4 (the line quoted) with rollout.show_source true, or data.hint_level 5 "
+                             "(its file and number) with rollout.show_source false (the agent opens it)")
         return self
 
     @model_validator(mode="after")

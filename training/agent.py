@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from environments import prompts
-from environments.hints import LINE_HINT
+from environments.hints import LINE_HINT, POINTER_HINT
 from environments.records import TaskInstance
 from environments.sandbox import SandboxError
 from training.chat import ChatFormat
@@ -53,9 +53,10 @@ class EpisodeSpec:
     l_thr: int | None = None
 
     def messages(self, first_observation: str, task: TaskInstance) -> list[dict[str, str]]:
-        line_hint = task.meta.get("hint_level") == LINE_HINT
+        level = task.meta.get("hint_level")
         return build_messages(first_observation, self.action_format, self.window, self.one_shot,
-                              self.prompt_style, self.show_source, line_hint, self.feedback == "tests")
+                              self.prompt_style, self.show_source, level == LINE_HINT, self.feedback == "tests",
+                              level == POINTER_HINT)
 
     def reward(self, traj: Trajectory) -> float:
         if self.l_thr is None:
@@ -148,13 +149,14 @@ class Episode:
 
 def build_messages(first_observation: str, action_format: str, window: int, one_shot: bool,
                    style: str = "full", show_source: bool = False, line_hint: bool = False,
-                   feedback: bool = False) -> list[dict[str, str]]:
+                   feedback: bool = False, pointer: bool = False) -> list[dict[str, str]]:
     """System prompt with the tool docs, the optional worked example (stated like the task:
-    `line_hint` for hint-level-4 tasks; with `feedback`, a wrong try, its test output, a right
-    one), then the task."""
-    messages = [{"role": "system", "content": prompts.system_prompt(action_format, window, style, feedback)}]
+    `line_hint` for hint-level-4 tasks, `pointer` for level 5; with `feedback`, a wrong try, its
+    test output, a right one), then the task."""
+    system = prompts.system_prompt(action_format, window, style, feedback, pointer)
+    messages = [{"role": "system", "content": system}]
     if one_shot:
-        messages += prompts.one_shot_demo(action_format, style, show_source, line_hint, feedback)
+        messages += prompts.one_shot_demo(action_format, style, show_source, line_hint, feedback, pointer, window)
     messages.append({"role": "user", "content": first_observation})
     return messages
 

@@ -220,3 +220,34 @@ def test_line_examples_are_stated_as_the_environment_states_them_and_their_line_
     assert not res.format_error and "replaced line" in res.observation
     assert f"-    {wrong}" in env.diff() and f"+    {right}" in env.diff()
     env.close()
+
+
+# --- hint level 5: the wrong line pointed at by file and number ----------------------------------
+
+def test_a_pointed_at_line_is_stated_by_number_and_opened_before_it_is_fixed(tmp_path):
+    from environments.hints import POINTER_HINT, pointed_line, pointer_statement
+    from environments.records import at_hint_level
+
+    bug = "--- a/shapes.py\n+++ b/shapes.py\n@@ -5 +5 @@\n-    return width * height\n+    return width * width\n"
+    stored = TaskInstance.from_dict({**prompts.DEMO_TASK.to_dict(), "meta": {
+        "statements": {"3": prompts.DEMO_TASK_NAMED.problem_statement}, "bug_patch": bug,
+        "mutations": [{"path": "shapes.py", "function": "rectangle_area", "line": 5}]}})
+    t = at_hint_level(stored, POINTER_HINT)
+    assert t.meta["hint_level"] == POINTER_HINT and pointed_line(t.problem_statement) == ("shapes.py", 5)
+    assert "width * width" not in t.problem_statement  # the line's text is what the agent must look up
+    assert pointer_statement("s", bug, []) is None and pointed_line("The wrong line is 5.") is None
+
+    demo = prompts.one_shot_demo("tools+file", "line", pointer=True, window=10)
+    env = env_for(tmp_path, t, {prompts.DEMO_FILE: prompts.DEMO_SOURCE}, style="line", show_source=False)
+    first = env.reset()
+    wd = env.sandbox.workdir
+    assert "return width" not in first and env.ws.file is None
+    assert demo[0]["content"] == prompts.DEMO_PREFIX + first.replace(wd, "/testbed")
+    assert demo[1]["content"] == "```bash\nopen shapes.py 5\n```"
+    view = env.step(demo[1]["content"])
+    assert view.observation.replace(wd, "/testbed") == demo[2]["content"] and "5:    return width * width" in view.observation
+    fixed = env.step(demo[3]["content"])
+    assert not fixed.format_error and "replaced line 5" in fixed.observation
+    assert "-    return width * width\n+    return width * height" in env.diff()
+    env.close()
+    assert "open FILE LINE" in prompts.system_prompt("tools+file", 10, "line", pointer=True)
