@@ -105,8 +105,9 @@ def instance_prompt(task: TaskInstance, style: PromptStyle = "full", view: str |
     if style in SHORT_STYLES:
         what = f"`{function.rsplit('.', 1)[-1]}`" if function else "code"
         what = "line" if style == "line" else what
-        if style == "line" and pointed_line(task.problem_statement):
-            return issue + "\nOpen that line in one ```bash block, then write it corrected in one ```python block."
+        if style == "line" and (pointed := pointed_line(task.problem_statement)):
+            return issue + ("\nOnce you see that line, write it corrected in one ```python block. To see it, reply:"
+                            f"\n```bash\nopen {pointed[0]} {pointed[1]}\n```")
         return issue + shown + f"\nWrite the corrected {what} in one ```python block."
     return (issue + shown + f"The repository {task.repo} is checked out at {WORKDIR}. Change its source files so "
             "that the issue is resolved, then submit. The tests that check your fix are hidden; you may write and "
@@ -274,6 +275,11 @@ def pointer_example_task(path: str, function: str, statement: str, line: int) ->
                         FAIL_TO_PASS=[], PASS_TO_PASS=[], meta={"hint_level": POINTER_HINT})
 
 
+# the calls the examples' statements report, as a reproduction (real statements carry one)
+_EXAMPLE_CALLS = {"rectangle_area": "rectangle_area(2, 3)", "is_even": "is_even(4)",
+                  "first_or_default": "first_or_default([5], 0)", "clamp_low": "clamp_low(1, 3)", "power": "power(2, 3)"}
+
+
 def pointer_demo(window: int, feedback: bool) -> list[dict[str, str]]:
     """Hint level 5's worked examples: the issue points at a line, the agent opens it (the view is
     what `open FILE LINE` prints with this window), then writes the line corrected. With
@@ -285,7 +291,9 @@ def pointer_demo(window: int, feedback: bool) -> list[dict[str, str]]:
         text = Text.parse(source)
         line = next(k for k, old in enumerate(text.lines, 1) if old.strip() == wrong)
         view, _ = render_window(f"{WORKDIR}/{path}", text, line - window // 2, window)
-        prompt = instance_prompt(pointer_example_task(path, function, statement, line), "line")
+        module, call = path.removesuffix(".py"), _EXAMPLE_CALLS[function]
+        reported = f"{statement}\n\nTo reproduce:\n\n```python\nfrom {module} import {function}\nprint({call})\n```"
+        prompt = instance_prompt(pointer_example_task(path, function, reported, line), "line")
         foot = state_footer(f"{WORKDIR}/{path}")
         messages += [{"role": "user", "content": (DEMO_PREFIX if i == 0 else "") + prompt + "\n" + _FOOT_NONE},
                      {"role": "assistant", "content": f"```bash\nopen {path} {line}\n```"},

@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from environments.actions import ActionFormat, FormatError, parse_action
+from environments.actions import Action, ActionFormat, FormatError, parse_action
 from environments.feedback import REPEATED_NOTE, RETRY, UNDONE_NOTE, Check, feedback_unavailable, run_check, undo_changes
 from environments.hints import pointed_line, quoted_line
 from environments.prompts import PromptStyle, instance_prompt
@@ -77,6 +77,8 @@ class SWEEnv:
         self.diff_problem = ""  # why diff() gave the empty patch for a tree it could not diff
         self._unchanged_check: Check | None = None
         self._failed_tries: set[str] = set()
+        self._pointed: tuple[str, int] | None = None  # hint level 5: the line the issue points at
+        self._seen_pointed = False  # ... and whether the agent has had it on screen
         self.done = False
 
     # --- episode -------------------------------------------------------------------------------
@@ -89,6 +91,7 @@ class SWEEnv:
         self.patch, self.done = None, False
         self._unchanged_check = None  # the failing tests' output on the untouched tree (feedback)
         self._failed_tries = set()  # python blocks the tests already failed: a repeat is not run again
+        self._pointed, self._seen_pointed = pointed_line(self.task.problem_statement), False
         res = self.sandbox.exec(f"cd {shlex.quote(self.sandbox.workdir)} && {_SESSION_SETUP}",
                                 timeout=self.env_cfg.command_timeout_s)
         if res.exit_code != 0:
@@ -126,9 +129,12 @@ class SWEEnv:
             self.done = True
             changed = sum(1 for ln in self.patch.splitlines() if ln.startswith("diff --git"))
             return StepResult(f"Submitted: {changed} file(s) changed.", True, False, action.text, "submitted")
+        if action.kind == "rewrite" and self._pointed and not self._seen_pointed:
+            return StepResult(self._observe(self._show_pointed()), False, False, action.text)
         if self.feedback == "tests" and action.kind == "rewrite" and action.text.strip() in self._failed_tries:
             return StepResult(self._observe(f"{REPEATED_NOTE}\n{RETRY}"), False, False, action.text)
         body = self._shell(action.text) if action.kind == "shell" else run_tool(self.ws, action)
+        self._note_view()
         if self.feedback == "tests":
             return self._checked(body, action.kind == "rewrite", action.text)
         return StepResult(self._observe(body), False, False, action.text)
@@ -188,6 +194,23 @@ class SWEEnv:
         failed = undo_changes(self.sandbox)
         undone = UNDONE_NOTE if failed is None else f"Your change could not be undone ({failed})."
         return StepResult(self._observe(f"{body}\n{check.report}\n{undone}\n{RETRY}"), False, False, command)
+
+    def _note_view(self) -> None:
+        """Whether the viewer now shows the pointed-at line (the agent opened or scrolled to it)."""
+        assert self.ws is not None and self.sandbox is not None
+        if self._pointed and self.ws.file == f"{self.sandbox.workdir}/{self._pointed[0]}":
+            self._seen_pointed |= self.ws.first <= self._pointed[1] < self.ws.first + self.ws.window
+
+    def _show_pointed(self) -> str:
+        """A line fix written before the agent saw the line it must correct (hint level 5) changes
+        nothing: the environment opens that line instead, as `open FILE LINE` would, so that the
+        next reply can correct what it shows. Only the line the issue already points at."""
+        assert self.ws is not None and self._pointed is not None
+        path, line = self._pointed
+        view = run_tool(self.ws, Action("tool", f"open {path} {line}", "open", f"{path} {line}"))
+        self._note_view()
+        return (f"Nothing was changed: you have not seen line {line} of {path} yet. `open {path} {line}` shows "
+                f"it:\n{view}\nWrite that line corrected in one ```python block.")
 
     def _pointed_text(self) -> str | None:
         """The text of the line a hint-level-5 statement points at, so that a one-line fix replaces

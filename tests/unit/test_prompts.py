@@ -230,7 +230,9 @@ def test_a_pointed_at_line_is_stated_by_number_and_opened_before_it_is_fixed(tmp
 
     bug = "--- a/shapes.py\n+++ b/shapes.py\n@@ -5 +5 @@\n-    return width * height\n+    return width * width\n"
     stored = TaskInstance.from_dict({**prompts.DEMO_TASK.to_dict(), "meta": {
-        "statements": {"3": prompts.DEMO_TASK_NAMED.problem_statement}, "bug_patch": bug,
+        "statements": {"3": prompts.pointer_example_task("shapes.py", "rectangle_area", prompts.DEMO_STATEMENT
+                       + "\n\nTo reproduce:\n\n```python\nfrom shapes import rectangle_area\nprint(rectangle_area(2, 3))\n```",
+                       5).problem_statement.rsplit("\n\n", 1)[0]}, "bug_patch": bug,
         "mutations": [{"path": "shapes.py", "function": "rectangle_area", "line": 5}]}})
     t = at_hint_level(stored, POINTER_HINT)
     assert t.meta["hint_level"] == POINTER_HINT and pointed_line(t.problem_statement) == ("shapes.py", 5)
@@ -251,3 +253,18 @@ def test_a_pointed_at_line_is_stated_by_number_and_opened_before_it_is_fixed(tmp
     assert "-    return width * width\n+    return width * height" in env.diff()
     env.close()
     assert "open FILE LINE" in prompts.system_prompt("tools+file", 10, "line", pointer=True)
+
+
+def test_a_line_fix_written_before_the_pointed_line_was_seen_opens_it_and_changes_nothing(tmp_path):
+    from environments.hints import with_line_pointer
+
+    t = TaskInstance.from_dict({**prompts.DEMO_TASK_NAMED.to_dict(), "problem_statement": with_line_pointer(
+        prompts.DEMO_TASK_NAMED.problem_statement, "shapes.py", 5), "meta": {"hint_level": 5}})
+    env = env_for(tmp_path, t, {prompts.DEMO_FILE: prompts.DEMO_SOURCE}, style="line", show_source=False)
+    env.reset()
+    blind = env.step("```python\nreturn width + height\n```")
+    assert "Nothing was changed: you have not seen line 5 of shapes.py" in blind.observation
+    assert "5:    return width * width" in blind.observation and env.diff() == ""
+    fixed = env.step("```python\nreturn width * height\n```")  # now seen: the fix goes in at line 5
+    assert "replaced line 5" in fixed.observation and "+    return width * height" in env.diff()
+    env.close()
