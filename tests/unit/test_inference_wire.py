@@ -213,7 +213,7 @@ def test_vllm_backend_falls_back_to_hf_where_vllm_is_missing(monkeypatch, caplog
     from training.inference import prefix_cache, vllm_backend
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
-    with pytest.raises(ImportError, match="make venv"):
+    with pytest.raises(ImportError, match="make engine"):
         vllm_backend.import_vllm()
     monkeypatch.setattr(prefix_cache, "PrefixCachingHFBackend", lambda *a, **kw: ("hf", a, kw))
     with caplog.at_level("WARNING"):

