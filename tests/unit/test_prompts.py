@@ -268,3 +268,12 @@ def test_a_line_fix_written_before_the_pointed_line_was_seen_opens_it_and_change
     fixed = env.step("```python\nreturn width * height\n```")  # now seen: the fix goes in at line 5
     assert "replaced line 5" in fixed.observation and "+    return width * height" in env.diff()
     env.close()
+
+
+def test_hint_level_5_needs_the_agent_to_open_the_file_itself():
+    from swerl.config import ConfigError, load_config
+
+    cfg = load_config("cpu-demo-multiturn", ["data.hint_level=5", "rollout.show_source=false"])
+    assert cfg.data.hint_level == 5
+    with pytest.raises(ConfigError, match="hint_level 5"):
+        load_config("cpu-demo-multiturn", ["data.hint_level=5"])  # show_source would open it
