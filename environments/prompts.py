@@ -14,6 +14,7 @@ them against the real tools), so the model is never taught a format the environm
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from environments.actions import ActionFormat
@@ -275,11 +276,6 @@ def pointer_example_task(path: str, function: str, statement: str, line: int) ->
                         FAIL_TO_PASS=[], PASS_TO_PASS=[], meta={"hint_level": POINTER_HINT})
 
 
-# the calls the examples' statements report, as a reproduction (real statements carry one)
-_EXAMPLE_CALLS = {"rectangle_area": "rectangle_area(2, 3)", "is_even": "is_even(4)",
-                  "first_or_default": "first_or_default([5], 0)", "clamp_low": "clamp_low(1, 3)", "power": "power(2, 3)"}
-
-
 def pointer_demo(window: int, feedback: bool) -> list[dict[str, str]]:
     """Hint level 5's worked examples: the issue points at a line, the agent opens it (the view is
     what `open FILE LINE` prints with this window), then writes the line corrected. With
@@ -291,7 +287,8 @@ def pointer_demo(window: int, feedback: bool) -> list[dict[str, str]]:
         text = Text.parse(source)
         line = next(k for k, old in enumerate(text.lines, 1) if old.strip() == wrong)
         view, _ = render_window(f"{WORKDIR}/{path}", text, line - window // 2, window)
-        module, call = path.removesuffix(".py"), _EXAMPLE_CALLS[function]
+        call = re.search(rf"{function}\([^)]*\)", statement).group(0)  # the call the statement reports
+        module = path.removesuffix(".py")
         reported = f"{statement}\n\nTo reproduce:\n\n```python\nfrom {module} import {function}\nprint({call})\n```"
         prompt = instance_prompt(pointer_example_task(path, function, reported, line), "line")
         foot = state_footer(f"{WORKDIR}/{path}")

@@ -210,12 +210,12 @@ class SWEEnv:
         view = run_tool(self.ws, Action("tool", f"open {path} {line}", "open", f"{path} {line}"))
         self._note_view()
         return (f"Nothing was changed: you have not seen line {line} of {path} yet. `open {path} {line}` shows "
-                f"it:\n{view}\nWrite that line corrected in one ```python block.")
+                f"it:\n{view}\n{RETRY}")
 
     def _pointed_text(self) -> str | None:
         """The text of the line a hint-level-5 statement points at, so that a one-line fix replaces
         that line (as a quoted one would); the agent is not shown it until it opens the file."""
-        pointed = pointed_line(self.task.problem_statement)
+        pointed = self._pointed
         if pointed is None:
             return None
         assert self.sandbox is not None
