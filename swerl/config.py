@@ -142,7 +142,7 @@ class EnvironmentConfig(Strict):
     command_timeout_s: float = Field(30.0, gt=0)
     test_timeout_s: float = Field(300.0, gt=0)
     output_cap_bytes: int = Field(16_000, ge=256)
-    window: int = Field(100, ge=10)  # lines shown by the file viewer
+    window: int = Field(100, ge=1)  # lines shown by the file viewer (curricula show fewer)
 
 
 class VLLMEngineConfig(Strict):

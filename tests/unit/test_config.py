@@ -45,6 +45,9 @@ def test_invalid_value_names_the_path():
         load_config("smoke", ["rollout.max_turns=0"])
     with pytest.raises(ConfigError, match=r"environment\.sandbox"):
         load_config("smoke", ["environment.sandbox=podman"])
+    with pytest.raises(ConfigError, match=r"environment\.window"):
+        load_config("smoke", ["environment.window=0"])
+    assert load_config("smoke", ["environment.window=1"]).environment.window == 1
 
 
 def test_preset_file_with_unknown_key(tmp_path):

@@ -91,6 +91,18 @@ def test_open_shows_a_numbered_window_with_hidden_line_counts(env):
     assert lines[11] == "[15 lines below]" and "above" not in out
 
 
+def test_a_one_line_window_shows_exactly_the_line_opened(tmp_path):
+    env = make_env(tmp_path, {"long.txt": LONG})
+    env.env_cfg = env.env_cfg.model_copy(update={"window": 1})  # the narrowest viewer a curriculum may set
+    env.reset()
+    try:
+        lines = body(run(env, "open long.txt 7")).splitlines()
+        assert lines[1:] == ["[6 lines above]", "7:line 7", "[18 lines below]"]
+        assert body(run(env, "scroll_down")).splitlines()[2] == "8:line 8"
+    finally:
+        env.close()
+
+
 def test_scroll_and_goto_move_the_window(env):
     run(env, "open long.txt")
     down = body(run(env, "scroll_down"))

@@ -1,0 +1,106 @@
+"""Multi-turn variants measured 2026-12-03 (docs/DEMO.md), as patches over the current tree, then
+`multiturn_probe.py` (train tasks only; it refuses eval-split tasks).
+
+    PYTHONPATH=. .venv/bin/python docs/probes/multiturn_variants_probe.py VARIANT \
+        --preset cpu-demo-multiturn --per-project 4 --samples 4 --temperature 0.5 --set ...
+
+VARIANT:
+  blind      hint level 5; the worked examples' first try is a python block written before the
+             line was seen, answered as SWEEnv answers one (the line opened), then the fix;
+  hint-show  `blind`, and the environment's answer to that first try quotes the line the way
+             a hint-level-4 statement does ("This line looks wrong: `...`") instead of a view;
+  redraw     a reply that repeats an earlier reply of its episode is sampled again (up to 4
+             times) before the environment sees it: what a filtered RFT collector would get.
+Patches live here, not in the tree: none of them resolved enough to be kept.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import environments.prompts as P
+import environments.swe_env as S
+import training.agent as A
+from environments.hints import with_line_hint
+from environments.tools import Text, render_window
+
+REDRAWS = 4
+
+
+def _examples():
+    for path, function, source, statement, wrong, right in [
+            (P.DEMO_FILE, "rectangle_area", P.DEMO_SOURCE, P.DEMO_STATEMENT, "return width * width",
+             "return width * height"), *P.LINE_EXAMPLES]:
+        line = next(k for k, old in enumerate(Text.parse(source).lines, 1) if old.strip() == wrong)
+        call = re.search(rf"{function}\([^)]*\)", statement).group(0)
+        reported = (f"{statement}\n\nTo reproduce:\n\n```python\nfrom {path.removesuffix('.py')} import {function}\n"
+                    f"print({call})\n```")
+        yield path, source, line, wrong, right, call, P.instance_prompt(
+            P.pointer_example_task(path, function, reported, line), "line")
+
+
+def _quoted(path: str, line: int, text: str) -> str:
+    return f"Nothing was changed: you have not seen line {line} of {path} yet." + with_line_hint("", text) + f"\n{P.RETRY}"
+
+
+def blind_demo(window: int, quote: bool) -> list[dict[str, str]]:
+    messages = []
+    for i, (path, source, line, wrong, right, call, prompt) in enumerate(_examples()):
+        if quote:
+            shown = f"{_quoted(path, line, wrong)}\n{P._FOOT_NONE}"
+        else:
+            view, _ = render_window(f"{P.WORKDIR}/{path}", Text.parse(source), line - window // 2, window)
+            shown = (f"Nothing was changed: you have not seen line {line} of {path} yet. `open {path} {line}` "
+                     f"shows it:\n{view}\n{P.RETRY}\n{P.state_footer(f'{P.WORKDIR}/{path}')}")
+        messages += [{"role": "user", "content": (P.DEMO_PREFIX if i == 0 else "") + prompt + "\n" + P._FOOT_NONE},
+                     {"role": "assistant", "content": f"```python\nprint({call})\n```"},
+                     {"role": "user", "content": shown},
+                     {"role": "assistant", "content": f"```python\n{right}\n```"}]
+    return messages
+
+
+def quoted_show(self: S.SWEEnv) -> str:
+    path, line = self._pointed
+    self._seen_pointed = True
+    return _quoted(path, line, self._pointed_text() or "")
+
+
+def patch_redraw() -> None:
+    next_request, apply = A.Episode.next_request, A.Episode.apply
+
+    def redrawn_request(self):
+        req = next_request(self)
+        if req is not None and req.seed is not None and getattr(self, "_redraws", 0):
+            req.seed = (req.seed * 31 + self._redraws) % 2 ** 31
+        return req
+
+    def apply_unless_repeat(self, completion, chat, gen_time_s):
+        text = chat.decode(completion.token_ids).strip()
+        if getattr(self, "_redraws", 0) < REDRAWS and any(t.text.strip() == text for t in self.traj.turns):
+            self._redraws = getattr(self, "_redraws", 0) + 1
+            self.traj.meta["redraws"] = self._redraws
+            return
+        apply(self, completion, chat, gen_time_s)
+
+    A.Episode.next_request, A.Episode.apply = redrawn_request, apply_unless_repeat
+
+
+def patch(variant: str) -> None:
+    if variant == "blind":
+        P.pointer_demo = lambda window, feedback: blind_demo(window, quote=False)
+    elif variant == "hint-show":
+        P.pointer_demo = lambda window, feedback: blind_demo(window, quote=True)
+        S.SWEEnv._show_pointed = quoted_show
+    elif variant == "redraw":
+        patch_redraw()
+    else:
+        raise SystemExit(f"unknown variant {variant!r}: blind, hint-show or redraw")
+
+
+if __name__ == "__main__":  # the engine's spawned workers re-import this file, unpatched: they only sample
+    patch(sys.argv.pop(1) if len(sys.argv) > 1 else "")
+    sys.path.insert(0, "docs/probes")
+    import multiturn_probe
+
+    multiturn_probe.main()
