@@ -153,9 +153,11 @@ def show(ws: Workspace, path: str, text: Text, first: int) -> str:
 
 
 def show_region(ws: Workspace, path: str, text: Text, start: int, end: int) -> str:
-    """The edited lines with a little context, at most one window; the viewer moves there."""
-    first = max(1, start - EDIT_CONTEXT)
-    size = min(ws.window, max(end, start) + EDIT_CONTEXT - first + 1)
+    """The edited lines with a little context, at most one window; the viewer moves there. A
+    window too small for the context keeps the edited lines in view and trims the context."""
+    context = max(0, min(EDIT_CONTEXT, (ws.window - (max(end, start) - start + 1)) // 2))
+    first = max(1, start - context)
+    size = min(ws.window, max(end, start) + context - first + 1)
     ws.file = path
     out, ws.first = render_window(path, text, first, size)
     return out

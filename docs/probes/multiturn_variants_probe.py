@@ -10,7 +10,10 @@ VARIANT:
   hint-show  `blind`, and the environment's answer to that first try quotes the line the way
              a hint-level-4 statement does ("This line looks wrong: `...`") instead of a view;
   redraw     a reply that repeats an earlier reply of its episode is sampled again (up to 4
-             times) before the environment sees it: what a filtered RFT collector would get.
+             times) before the environment sees it: what a filtered RFT collector would get;
+  requote    test feedback (level 4): every observation that asks for another try quotes the
+             issue's line again ("This line looks wrong: `...`") before the request, in the
+             worked example too: the statement's own words, nothing the grader knows.
 Patches live here, not in the tree: none of them resolved enough to be kept.
 """
 
@@ -22,7 +25,7 @@ import sys
 import environments.prompts as P
 import environments.swe_env as S
 import training.agent as A
-from environments.hints import with_line_hint
+from environments.hints import quoted_line, with_line_hint
 from environments.tools import Text, render_window
 
 REDRAWS = 4
@@ -61,8 +64,10 @@ def blind_demo(window: int, quote: bool) -> list[dict[str, str]]:
 
 
 def quoted_show(self: S.SWEEnv) -> str:
+    """The line opened as `open PATH LINE` would (so that a fix lands in its file), shown quoted."""
     path, line = self._pointed
-    self._seen_pointed = True
+    S.run_tool(self.ws, S.Action("tool", f"open {path} {line}", "open", f"{path} {line}"))
+    self._note_view()
     return _quoted(path, line, self._pointed_text() or "")
 
 
@@ -86,6 +91,20 @@ def patch_redraw() -> None:
     A.Episode.next_request, A.Episode.apply = redrawn_request, apply_unless_repeat
 
 
+def requote(text: str, line: str | None) -> str:
+    """`text` with the issue's quoted line restated before its closing retry request."""
+    if not line or f"\n{P.RETRY}" not in text:
+        return text
+    head, tail = text.rsplit(f"\n{P.RETRY}", 1)
+    return head + with_line_hint("", line).rstrip() + f"\n{P.RETRY}" + tail
+
+
+def patch_requote() -> None:
+    observe = S.SWEEnv._observe
+    S.SWEEnv._observe = lambda self, body: observe(self, requote(body, quoted_line(self.task.problem_statement)))
+    P._LINE_TRIED = requote(P._LINE_TRIED, "return width * width")
+
+
 def patch(variant: str) -> None:
     if variant == "blind":
         P.pointer_demo = lambda window, feedback: blind_demo(window, quote=False)
@@ -94,8 +113,10 @@ def patch(variant: str) -> None:
         S.SWEEnv._show_pointed = quoted_show
     elif variant == "redraw":
         patch_redraw()
+    elif variant == "requote":
+        patch_requote()
     else:
-        raise SystemExit(f"unknown variant {variant!r}: blind, hint-show or redraw")
+        raise SystemExit(f"unknown variant {variant!r}: blind, hint-show, redraw or requote")
 
 
 if __name__ == "__main__":  # the engine's spawned workers re-import this file, unpatched: they only sample

@@ -99,6 +99,20 @@ def test_a_one_line_window_shows_exactly_the_line_opened(tmp_path):
         lines = body(run(env, "open long.txt 7")).splitlines()
         assert lines[1:] == ["[6 lines above]", "7:line 7", "[18 lines below]"]
         assert body(run(env, "scroll_down")).splitlines()[2] == "8:line 8"
+        edited = body(run(env, "edit 12:12\nline twelve\nend_of_edit")).splitlines()
+        assert edited[-3:] == ["[11 lines above]", "12:line twelve", "[13 lines below]"]  # the edit, not its context
+    finally:
+        env.close()
+
+
+def test_a_small_window_centres_an_edit_in_trimmed_context(tmp_path):
+    env = make_env(tmp_path, {"long.txt": LONG})
+    env.env_cfg = env.env_cfg.model_copy(update={"window": 5})
+    env.reset()
+    try:
+        run(env, "open long.txt 1")
+        edited = body(run(env, "edit 12:12\nline twelve\nend_of_edit")).splitlines()
+        assert edited[-6:-1] == ["10:line 10", "11:line 11", "12:line twelve", "13:line 13", "14:line 14"]
     finally:
         env.close()
 
