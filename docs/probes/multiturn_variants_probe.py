@@ -3,6 +3,7 @@
 
     PYTHONPATH=. .venv/bin/python docs/probes/multiturn_variants_probe.py VARIANT \
         --preset cpu-demo-multiturn --per-project 4 --samples 4 --temperature 0.5 --set ...
+    PYTHONPATH=. .venv/bin/python docs/probes/multiturn_variants_probe.py VARIANT swerl dapo ...
 
 VARIANT:
   blind      hint level 5; the worked examples' first try is a python block written before the
@@ -121,6 +122,10 @@ def patch(variant: str) -> None:
 
 if __name__ == "__main__":  # the engine's spawned workers re-import this file, unpatched: they only sample
     patch(sys.argv.pop(1) if len(sys.argv) > 1 else "")
+    if sys.argv[1:2] == ["swerl"]:  # a swerl command under the patch, e.g. `swerl dapo ...`
+        from flows.cli import main as swerl_main
+
+        raise SystemExit(swerl_main(sys.argv[2:]))
     sys.path.insert(0, "docs/probes")
     import multiturn_probe
 
