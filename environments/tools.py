@@ -155,9 +155,10 @@ def show(ws: Workspace, path: str, text: Text, first: int) -> str:
 def show_region(ws: Workspace, path: str, text: Text, start: int, end: int) -> str:
     """The edited lines with a little context, at most one window; the viewer moves there. A
     window too small for the context keeps the edited lines in view and trims the context."""
-    context = max(0, min(EDIT_CONTEXT, (ws.window - (max(end, start) - start + 1)) // 2))
+    last = max(end, start)
+    context = max(0, min(EDIT_CONTEXT, (ws.window - (last - start + 1)) // 2))
     first = max(1, start - context)
-    size = min(ws.window, max(end, start) + context - first + 1)
+    size = min(ws.window, last + context - first + 1)
     ws.file = path
     out, ws.first = render_window(path, text, first, size)
     return out

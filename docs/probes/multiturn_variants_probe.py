@@ -30,11 +30,12 @@ from environments.hints import quoted_line, with_line_hint
 from environments.tools import Text, render_window
 
 REDRAWS = 4
+DEMO_WRONG = "return width * width"  # the rectangle demo's wrong line
 
 
 def _examples():
     for path, function, source, statement, wrong, right in [
-            (P.DEMO_FILE, "rectangle_area", P.DEMO_SOURCE, P.DEMO_STATEMENT, "return width * width",
+            (P.DEMO_FILE, "rectangle_area", P.DEMO_SOURCE, P.DEMO_STATEMENT, DEMO_WRONG,
              "return width * height"), *P.LINE_EXAMPLES]:
         line = next(k for k, old in enumerate(Text.parse(source).lines, 1) if old.strip() == wrong)
         call = re.search(rf"{function}\([^)]*\)", statement).group(0)
@@ -64,11 +65,13 @@ def blind_demo(window: int, quote: bool) -> list[dict[str, str]]:
     return messages
 
 
+_open_pointed = S.SWEEnv._show_pointed
+
+
 def quoted_show(self: S.SWEEnv) -> str:
-    """The line opened as `open PATH LINE` would (so that a fix lands in its file), shown quoted."""
+    """The tree's answer (the line opened, so that a fix lands in its file), shown quoted instead."""
+    _open_pointed(self)
     path, line = self._pointed
-    S.run_tool(self.ws, S.Action("tool", f"open {path} {line}", "open", f"{path} {line}"))
-    self._note_view()
     return _quoted(path, line, self._pointed_text() or "")
 
 
@@ -103,7 +106,7 @@ def requote(text: str, line: str | None) -> str:
 def patch_requote() -> None:
     observe = S.SWEEnv._observe
     S.SWEEnv._observe = lambda self, body: observe(self, requote(body, quoted_line(self.task.problem_statement)))
-    P._LINE_TRIED = requote(P._LINE_TRIED, "return width * width")
+    P._LINE_TRIED = requote(P._LINE_TRIED, DEMO_WRONG)
 
 
 def patch(variant: str) -> None:
