@@ -22,7 +22,7 @@ from environments.feedback import RETRY, UNDONE_NOTE, first_failure
 from environments.hints import LINE_HINT, POINTER_HINT, pointed_line, with_line_hint, with_line_pointer
 from environments.records import TaskInstance
 from environments.sandbox import WORKDIR
-from environments.tools import Text, render_window
+from environments.tools import Text
 
 PromptStyle = Literal["full", "short", "line"]
 SHORT_STYLES = ("short", "line")
@@ -276,34 +276,36 @@ def pointer_example_task(path: str, function: str, statement: str, line: int) ->
                         FAIL_TO_PASS=[], PASS_TO_PASS=[], meta={"hint_level": POINTER_HINT})
 
 
-def pointer_demo(window: int, feedback: bool) -> list[dict[str, str]]:
-    """Hint level 5's worked examples: the issue points at a line, the agent opens it (the view is
-    what `open FILE LINE` prints with this window), then writes the line corrected. With
-    `feedback` the first example's first try is wrong, and its failing test comes back."""
+def unseen_line_note(path: str, line: int, text: str) -> str:
+    """The environment's answer to a line fix written before the pointed-at line was seen (hint
+    level 5): nothing changed, and the line is quoted as a level-4 statement quotes it. The line is
+    what `open PATH LINE` shows; the fix is never in it."""
+    return f"Nothing was changed: you have not seen line {line} of {path} yet." + with_line_hint("", text) + f"\n{RETRY}"
+
+
+def pointer_demo() -> list[dict[str, str]]:
+    """Hint level 5's worked examples: the issue points at a line; the first try (the issue's
+    reproducing call) comes before the line was seen, so the environment answers with the line
+    quoted (`unseen_line_note`), and the second try writes it corrected. A policy trained on
+    quoted lines (level 4) resolves only after that observation: docs/DEMO.md, 2026-12-04."""
     examples = [(DEMO_FILE, "rectangle_area", DEMO_SOURCE, DEMO_STATEMENT, "return width * width",
                  "return width * height")] + LINE_EXAMPLES
     messages: list[dict[str, str]] = []
     for i, (path, function, source, statement, wrong, right) in enumerate(examples):
-        text = Text.parse(source)
-        line = next(k for k, old in enumerate(text.lines, 1) if old.strip() == wrong)
-        view, _ = render_window(f"{WORKDIR}/{path}", text, line - window // 2, window)
+        line = next(k for k, old in enumerate(Text.parse(source).lines, 1) if old.strip() == wrong)
         call = re.search(rf"{function}\([^)]*\)", statement).group(0)  # the call the statement reports
-        module = path.removesuffix(".py")
-        reported = f"{statement}\n\nTo reproduce:\n\n```python\nfrom {module} import {function}\nprint({call})\n```"
+        reported = (f"{statement}\n\nTo reproduce:\n\n```python\nfrom {path.removesuffix('.py')} import {function}\n"
+                    f"print({call})\n```")
         prompt = instance_prompt(pointer_example_task(path, function, reported, line), "line")
-        foot = state_footer(f"{WORKDIR}/{path}")
         messages += [{"role": "user", "content": (DEMO_PREFIX if i == 0 else "") + prompt + "\n" + _FOOT_NONE},
-                     {"role": "assistant", "content": f"```bash\nopen {path} {line}\n```"},
-                     {"role": "user", "content": f"{view}\n{foot}"}]
-        if i == 0 and feedback:
-            messages += [{"role": "assistant", "content": _LINE_WRONG}, {"role": "user", "content": _LINE_TRIED}]
-        messages.append({"role": "assistant", "content": f"```python\n{right}\n```"})
+                     {"role": "assistant", "content": f"```python\nprint({call})\n```"},
+                     {"role": "user", "content": f"{unseen_line_note(path, line, wrong)}\n{state_footer(f'{WORKDIR}/{path}')}"},
+                     {"role": "assistant", "content": f"```python\n{right}\n```"}]
     return messages
 
 
 def one_shot_demo(action_format: ActionFormat, style: PromptStyle = "full", show_source: bool = False,
-                  line_hint: bool = False, feedback: bool = False, pointer: bool = False,
-                  window: int = 100) -> list[dict[str, str]]:
+                  line_hint: bool = False, feedback: bool = False, pointer: bool = False) -> list[dict[str, str]]:
     """Chat messages solving a made-up bug; they precede the real task: the rollout engine
     composes [system, *one_shot_demo, user: SWEEnv.reset()'s observation, ...].
 
@@ -312,10 +314,10 @@ def one_shot_demo(action_format: ActionFormat, style: PromptStyle = "full", show
     first observation will be; with `line_hint` its statement also quotes the wrong line, as
     hint-level-4 statements do. Line style: the fix is the corrected line, and LINE_EXAMPLES
     follow the demo; with `feedback` (line style), a wrong line, its failing test, the right line.
-    `pointer` (line style, hint level 5): every example opens the pointed-at line first.
+    `pointer` (line style, hint level 5): each example's first try comes before the line was seen.
     """
     if pointer and style == "line" and action_format == "tools+file":
-        return pointer_demo(window, feedback)
+        return pointer_demo()
     if feedback and style == "line" and action_format == "tools+file":
         task = DEMO_TASK_LINE if line_hint else DEMO_TASK_NAMED
         return [

@@ -17,7 +17,7 @@ from typing import Callable, Literal
 from environments.actions import Action, ActionFormat, FormatError, parse_action
 from environments.feedback import REPEATED_NOTE, RETRY, UNDONE_NOTE, Check, feedback_unavailable, run_check, undo_changes
 from environments.hints import pointed_line, quoted_line
-from environments.prompts import PromptStyle, instance_prompt
+from environments.prompts import PromptStyle, instance_prompt, unseen_line_note
 from environments.records import GradeResult, TaskInstance
 from environments.sandbox import DiffFailed, DiffTooLarge, Sandbox, SandboxDead, SandboxError, open_sandbox
 from environments.source_view import enclosing, function_view, named_function
@@ -203,14 +203,15 @@ class SWEEnv:
 
     def _show_pointed(self) -> str:
         """A line fix written before the agent saw the line it must correct (hint level 5) changes
-        nothing: the environment opens that line instead, as `open FILE LINE` would, so that the
-        next reply can correct what it shows. Only the line the issue already points at."""
+        nothing: the environment opens that line, as `open FILE LINE` would, so that the next fix
+        lands in its file, and quotes it as a level-4 statement would. Only the line the issue
+        already points at, never its fix."""
         assert self.ws is not None and self._pointed is not None
         path, line = self._pointed
         view = run_tool(self.ws, Action("tool", f"open {path} {line}", "open", f"{path} {line}"))
         self._note_view()
-        return (f"Nothing was changed: you have not seen line {line} of {path} yet. `open {path} {line}` shows "
-                f"it:\n{view}\n{RETRY}")
+        text = self._pointed_text()
+        return unseen_line_note(path, line, text) if text is not None else view  # gone: the tool says why
 
     def _pointed_text(self) -> str | None:
         """The text of the line a hint-level-5 statement points at, so that a one-line fix replaces

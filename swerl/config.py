@@ -253,6 +253,12 @@ class RFTConfig(Strict):
     # episodes as plain SFT targets, with no importance ratio, so a cooler sampler is allowed
     # here: it buys more resolved episodes from a weak base model.
     sampling: Sampling | None = None
+    # The collection's own curriculum (None: data.hint_level, rollout.show_source, rollout.max_turns):
+    # collect where the base policy resolves (e.g. the line quoted, one turn), then run DAPO and
+    # evaluation where it must be looked up (docs/DEMO.md, multi-turn)
+    hint_level: int | None = Field(None, ge=0, le=5)
+    show_source: bool | None = None
+    max_turns: int | None = Field(None, ge=1)
     train: SFTConfig = Field(default_factory=SFTConfig)
 
 
@@ -409,6 +415,29 @@ class SwerlConfig(Strict):
                 "rollout.sampling: training rollouts must sample from the unfiltered policy: "
                 + ", ".join(bad)
             )
+        return self
+
+    def rft_collection(self) -> "SwerlConfig":
+        """This config as the RFT collection runs it: rft.hint_level/show_source/max_turns in place
+        of data's and rollout's, checked by the same rules (a bad combination fails at load)."""
+        r = self.rft
+        if r.hint_level is None and r.show_source is None and r.max_turns is None:
+            return self
+        tree = self.model_dump()
+        tree["rft"].update(hint_level=None, show_source=None, max_turns=None)
+        for section, key, value in (("data", "hint_level", r.hint_level), ("rollout", "show_source", r.show_source),
+                                    ("rollout", "max_turns", r.max_turns)):
+            if value is not None:
+                tree[section][key] = value
+        try:
+            return SwerlConfig.model_validate(tree)
+        except ValidationError as err:
+            raise ValueError(f"rft.hint_level/show_source/max_turns: the RFT collection's settings are invalid: "
+                             f"{err.errors()[0]['msg']}") from None
+
+    @model_validator(mode="after")
+    def _rft_collection_is_valid(self) -> "SwerlConfig":
+        self.rft_collection()
         return self
 
     @model_validator(mode="after")

@@ -156,7 +156,7 @@ def build_messages(first_observation: str, action_format: str, window: int, one_
     system = prompts.system_prompt(action_format, window, style, feedback, pointer)
     messages = [{"role": "system", "content": system}]
     if one_shot:
-        messages += prompts.one_shot_demo(action_format, style, show_source, line_hint, feedback, pointer, window)
+        messages += prompts.one_shot_demo(action_format, style, show_source, line_hint, feedback, pointer)
     messages.append({"role": "user", "content": first_observation})
     return messages
 

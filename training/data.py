@@ -15,12 +15,16 @@ from training.run import RunContext
 log = logging.getLogger(__name__)
 
 
+def restated(tasks: list[TaskInstance], level: int, exact: bool = True) -> list[TaskInstance]:
+    """Each task stated at hint `level`; with `exact`, only those that can be stated so."""
+    tasks = [at_hint_level(t, level) for t in tasks]
+    return [t for t in tasks if t.meta.get("hint_level") == level] if exact else tasks
+
+
 def select_tasks(tasks: list[TaskInstance], d: DataConfig) -> list[TaskInstance]:
     """The curriculum: each task at the configured hint level, only the configured bug kinds,
     then the per-project and total caps (in file order, so a run sees the same tasks again)."""
-    tasks = [at_hint_level(t, d.hint_level) for t in tasks]
-    if d.exact_hint_level:
-        tasks = [t for t in tasks if t.meta.get("hint_level") == d.hint_level]
+    tasks = restated(tasks, d.hint_level, d.exact_hint_level)
     if d.modifiers is not None:
         tasks = [t for t in tasks if set(str(t.meta.get("modifier", "")).split("+")) <= set(d.modifiers)]
     if d.max_tasks_per_project:

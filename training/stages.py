@@ -30,6 +30,7 @@ from training.agent import AgentLimits, EpisodeSpec
 from swerl.paths import state_dir
 from training.checkpoint import read_info
 from training.dapo import dynamic_sampling, samples_from_groups
+from training.data import restated
 from training.difficulty import filter_band, pass_rates, stage2_filter
 from training.evaluation import predictions, summarize
 from training.inference.base import SamplingParams
@@ -119,8 +120,11 @@ def rft_stage(ctx: RunContext, tasks: list[TaskInstance], policy: str = "base") 
         return name
     cfg = ctx.cfg
     chosen = tasks[: cfg.rft.max_tasks] if cfg.rft.max_tasks else tasks
+    collecting = cfg.rft_collection()  # its own hint level, source view and turns, where set
+    if collecting.data.hint_level != cfg.data.hint_level:
+        chosen = restated(chosen, collecting.data.hint_level, collecting.data.exact_hint_level)
     stats = rollouts(ctx, "rft", 0, chosen, cfg.rft.samples_per_task, policy,
-                     spec=episode_spec(cfg, one_shot=cfg.rft.one_shot_demo),
+                     spec=episode_spec(collecting, one_shot=cfg.rft.one_shot_demo),
                      sampling=cfg.rft.sampling or cfg.rollout.sampling)
     resolved = [t for t in stats.trajectories if t.status == "resolved"]
     log.info("rft: %d resolved of %d trajectories", len(resolved), len(stats.trajectories))

@@ -6,16 +6,17 @@
     PYTHONPATH=. .venv/bin/python docs/probes/multiturn_variants_probe.py VARIANT swerl dapo ...
 
 VARIANT:
-  blind      hint level 5; the worked examples' first try is a python block written before the
-             line was seen, answered as SWEEnv answers one (the line opened), then the fix;
-  hint-show  `blind`, and the environment's answer to that first try quotes the line the way
-             a hint-level-4 statement does ("This line looks wrong: `...`") instead of a view;
+  blind      hint level 5 as the tree runs it, but the environment's answer to a fix written before
+             the line was seen is the `open FILE LINE` view, not the line quoted the way a
+             hint-level-4 statement quotes it ("This line looks wrong: `...`"), in the worked
+             examples too. (The quoted form, once the variant `hint-show`, is now the tree's.)
   redraw     a reply that repeats an earlier reply of its episode is sampled again (up to 4
              times) before the environment sees it: what a filtered RFT collector would get;
   requote    test feedback (level 4): every observation that asks for another try quotes the
              issue's line again ("This line looks wrong: `...`") before the request, in the
              worked example too: the statement's own words, nothing the grader knows.
 Patches live here, not in the tree: none of them resolved enough to be kept.
+
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from environments.hints import quoted_line, with_line_hint
 from environments.tools import Text, render_window
 
 REDRAWS = 4
+BLIND_WINDOW = 1  # cpu-demo-multiturn's environment.window
 DEMO_WRONG = "return width * width"  # the rectangle demo's wrong line
 
 
@@ -45,19 +47,15 @@ def _examples():
             P.pointer_example_task(path, function, reported, line), "line")
 
 
-def _quoted(path: str, line: int, text: str) -> str:
-    return f"Nothing was changed: you have not seen line {line} of {path} yet." + with_line_hint("", text) + f"\n{P.RETRY}"
+def _viewed(path: str, line: int, view: str) -> str:
+    return f"Nothing was changed: you have not seen line {line} of {path} yet. `open {path} {line}` shows it:\n{view}\n{P.RETRY}"
 
 
-def blind_demo(window: int, quote: bool) -> list[dict[str, str]]:
+def blind_demo(window: int) -> list[dict[str, str]]:
     messages = []
     for i, (path, source, line, wrong, right, call, prompt) in enumerate(_examples()):
-        if quote:
-            shown = f"{_quoted(path, line, wrong)}\n{P._FOOT_NONE}"
-        else:
-            view, _ = render_window(f"{P.WORKDIR}/{path}", Text.parse(source), line - window // 2, window)
-            shown = (f"Nothing was changed: you have not seen line {line} of {path} yet. `open {path} {line}` "
-                     f"shows it:\n{view}\n{P.RETRY}\n{P.state_footer(f'{P.WORKDIR}/{path}')}")
+        view, _ = render_window(f"{P.WORKDIR}/{path}", Text.parse(source), line - window // 2, window)
+        shown = f"{_viewed(path, line, view)}\n{P.state_footer(f'{P.WORKDIR}/{path}')}"
         messages += [{"role": "user", "content": (P.DEMO_PREFIX if i == 0 else "") + prompt + "\n" + P._FOOT_NONE},
                      {"role": "assistant", "content": f"```python\nprint({call})\n```"},
                      {"role": "user", "content": shown},
@@ -65,14 +63,12 @@ def blind_demo(window: int, quote: bool) -> list[dict[str, str]]:
     return messages
 
 
-_open_pointed = S.SWEEnv._show_pointed
-
-
-def quoted_show(self: S.SWEEnv) -> str:
-    """The tree's answer (the line opened, so that a fix lands in its file), shown quoted instead."""
-    _open_pointed(self)
+def viewed_show(self: S.SWEEnv) -> str:
+    """The tree's answer (the line opened, so that a fix lands in its file), shown as the view."""
     path, line = self._pointed
-    return _quoted(path, line, self._pointed_text() or "")
+    view = S.run_tool(self.ws, S.Action("tool", f"open {path} {line}", "open", f"{path} {line}"))
+    self._note_view()
+    return _viewed(path, line, view)
 
 
 def patch_redraw() -> None:
@@ -111,16 +107,14 @@ def patch_requote() -> None:
 
 def patch(variant: str) -> None:
     if variant == "blind":
-        P.pointer_demo = lambda window, feedback: blind_demo(window, quote=False)
-    elif variant == "hint-show":
-        P.pointer_demo = lambda window, feedback: blind_demo(window, quote=True)
-        S.SWEEnv._show_pointed = quoted_show
+        P.pointer_demo = lambda: blind_demo(BLIND_WINDOW)
+        S.SWEEnv._show_pointed = viewed_show
     elif variant == "redraw":
         patch_redraw()
     elif variant == "requote":
         patch_requote()
     else:
-        raise SystemExit(f"unknown variant {variant!r}: blind, hint-show, redraw or requote")
+        raise SystemExit(f"unknown variant {variant!r}: blind, redraw or requote")
 
 
 if __name__ == "__main__":  # the engine's spawned workers re-import this file, unpatched: they only sample

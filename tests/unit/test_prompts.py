@@ -239,23 +239,28 @@ def test_a_pointed_at_line_is_stated_by_number_and_opened_before_it_is_fixed(tmp
     assert "width * width" not in t.problem_statement  # the line's text is what the agent must look up
     assert pointer_statement("s", bug, []) is None and pointed_line("The wrong line is 5.") is None
 
-    demo = prompts.one_shot_demo("tools+file", "line", pointer=True, window=10)
+    demo = prompts.one_shot_demo("tools+file", "line", pointer=True)
     env = env_for(tmp_path, t, {prompts.DEMO_FILE: prompts.DEMO_SOURCE}, style="line", show_source=False)
     first = env.reset()
     wd = env.sandbox.workdir
     assert "return width" not in first and env.ws.file is None
     assert demo[0]["content"] == prompts.DEMO_PREFIX + first.replace(wd, "/testbed")
-    assert demo[1]["content"] == "```bash\nopen shapes.py 5\n```"
-    view = env.step(demo[1]["content"])
-    assert view.observation.replace(wd, "/testbed") == demo[2]["content"] and "5:    return width * width" in view.observation
+    assert demo[1]["content"] == "```python\nprint(rectangle_area(2, 3))\n```"  # written before the line was seen
+    quoted = env.step(demo[1]["content"])
+    assert quoted.observation.replace(wd, "/testbed") == demo[2]["content"] and env.diff() == ""
+    assert "This line looks wrong: `return width * width`" in quoted.observation
     fixed = env.step(demo[3]["content"])
     assert not fixed.format_error and "replaced line 5" in fixed.observation
     assert "-    return width * width\n+    return width * height" in env.diff()
     env.close()
+    # the other examples follow the same two turns, each quoting its own wrong line
+    assert [m["role"] for m in demo] == ["user", "assistant"] * (2 * (1 + len(prompts.LINE_EXAMPLES)))
+    for k, (_, _, _, _, wrong, right) in enumerate(prompts.LINE_EXAMPLES, 1):
+        assert f"`{wrong}`" in demo[4 * k + 2]["content"] and demo[4 * k + 3]["content"] == f"```python\n{right}\n```"
     assert "open FILE LINE" in prompts.system_prompt("tools+file", 10, "line", pointer=True)
 
 
-def test_a_line_fix_written_before_the_pointed_line_was_seen_opens_it_and_changes_nothing(tmp_path):
+def test_a_line_fix_written_before_the_pointed_line_was_seen_quotes_it_and_changes_nothing(tmp_path):
     from environments.hints import with_line_pointer
 
     t = TaskInstance.from_dict({**prompts.DEMO_TASK_NAMED.to_dict(), "problem_statement": with_line_pointer(
@@ -264,7 +269,8 @@ def test_a_line_fix_written_before_the_pointed_line_was_seen_opens_it_and_change
     env.reset()
     blind = env.step("```python\nreturn width + height\n```")
     assert "Nothing was changed: you have not seen line 5 of shapes.py" in blind.observation
-    assert "5:    return width * width" in blind.observation and env.diff() == ""
+    assert "This line looks wrong: `return width * width`" in blind.observation and env.diff() == ""
+    assert "return width + height" not in blind.observation  # the blind try is not applied
     fixed = env.step("```python\nreturn width * height\n```")  # now seen: the fix goes in at line 5
     assert "replaced line 5" in fixed.observation and "+    return width * height" in env.diff()
     env.close()
@@ -273,7 +279,37 @@ def test_a_line_fix_written_before_the_pointed_line_was_seen_opens_it_and_change
 def test_hint_level_5_needs_the_agent_to_open_the_file_itself():
     from swerl.config import ConfigError, load_config
 
-    cfg = load_config("cpu-demo-multiturn", ["data.hint_level=5", "rollout.show_source=false"])
-    assert cfg.data.hint_level == 5
+    cfg = load_config("cpu-demo-multiturn")
+    assert cfg.data.hint_level == 5 and not cfg.rollout.show_source
     with pytest.raises(ConfigError, match="hint_level 5"):
-        load_config("cpu-demo-multiturn", ["data.hint_level=5"])  # show_source would open it
+        load_config("cpu-demo-multiturn", ["rollout.show_source=true"])  # it would open the file
+
+
+def test_rft_collects_at_its_own_hint_level_and_turns():
+    """RFT may collect where the base policy resolves (the line quoted, one turn) while DAPO and
+    evaluation point at the line; the collection's settings obey the same rules."""
+    from environments.hints import POINTER_HINT, quoted_line
+    from swerl.config import ConfigError, load_config
+    from training.data import restated
+    from training.stages import episode_spec
+
+    level5 = ["data.hint_level=5", "rollout.show_source=false", "rollout.max_turns=3"]
+    cfg = load_config("cpu-demo-multiturn", level5 + ["rft.hint_level=4", "rft.show_source=true", "rft.max_turns=1"])
+    collecting = cfg.rft_collection()
+    assert (collecting.data.hint_level, collecting.rollout.show_source, collecting.rollout.max_turns) == (4, True, 1)
+    assert (cfg.data.hint_level, cfg.rollout.max_turns) == (5, 3)  # the run's own settings are untouched
+    spec = episode_spec(collecting)
+    assert spec.limits.max_turns == 1 and spec.show_source and episode_spec(cfg).limits.max_turns == 3
+    assert load_config("cpu-demo").rft_collection() == load_config("cpu-demo")  # none set: the run's own
+    with pytest.raises(ConfigError, match="RFT collection"):  # level 4 needs the source shown
+        load_config("cpu-demo-multiturn", ["rft.show_source=false"])
+
+    bug = "--- a/shapes.py\n+++ b/shapes.py\n@@ -5 +5 @@\n-    return width * height\n+    return width * width\n"
+    stored = TaskInstance.from_dict({**prompts.DEMO_TASK.to_dict(), "meta": {
+        "statements": {"3": prompts.DEMO_TASK_NAMED.problem_statement}, "bug_patch": bug,
+        "mutations": [{"path": "shapes.py", "function": "rectangle_area", "line": 5}]}})
+    pointed = restated([stored], POINTER_HINT)
+    assert quoted_line(pointed[0].problem_statement) is None
+    quoted = restated(pointed, 4)
+    assert quoted[0].meta["hint_level"] == 4 and quoted_line(quoted[0].problem_statement) == "return width * width"
+    assert restated([prompts.DEMO_TASK], 4) == [] and len(restated([prompts.DEMO_TASK], 4, exact=False)) == 1
