@@ -7,11 +7,12 @@ STAMP := .venv/.swerl-installed
 # the rollout engine's build: vLLM's CPU wheel here, its CUDA one (the `gpu` extra) where a GPU is;
 # `make test VLLM=none` leaves vLLM out (rollout.backend=vllm then falls back to hf)
 VLLM  ?= $(if $(shell command -v nvidia-smi 2>/dev/null),gpu,cpu)
-PRESET ?= cpu-demo
+PRESET ?= cpu-demo-multiturn
 ENGINE_STAMP := .venv/.swerl-engine-$(VLLM)
 # yes when the preset samples with vLLM (read from the preset itself, after the venv exists)
 USES_VLLM = $(shell $(PY) -c 'from swerl.config import load_config; print("yes" if load_config("$(PRESET)").rollout.backend == "vllm" else "")' 2>/dev/null)
 PYTEST_ARGS ?=
+# extra flags: `make demo ARGS='--set seed=1'`, `make down ARGS=-v`
 ARGS ?=
 
 .PHONY: setup venv engine docker demo test test-unit up down logs doctor clean
@@ -50,7 +51,7 @@ setup: venv docker
 
 demo: setup
 	@if [ "$(USES_VLLM)" = yes ]; then $(MAKE) --no-print-directory engine; fi
-	$(SWERL) pipeline --preset $(PRESET)
+	$(SWERL) pipeline --preset $(PRESET) $(ARGS)
 
 test: setup engine
 	$(PY) -m pytest $(PYTEST_ARGS)

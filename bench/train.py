@@ -4,7 +4,7 @@ Three measurements, each against a plain baseline:
 - tokens/s of ``Trainer.step`` vs a plain PyTorch loop (full logits, loss.backward, AdamW) over
   the same micro-batches, timed alternately so load from other processes hits both alike;
 - padding share of length-grouped micro-batches on modelled trajectory-length distributions;
-- DAPO update time with shared prompts packed vs one row per sample, in cpu-demo's shape (G
+- DAPO update time with shared prompts packed vs one row per sample, in cpu-demo-1turn's shape (G
   samples per prompt, long prompt, short replies): old-logprob scoring plus optimizer steps;
 - peak memory of the logprob pass (forward + backward) at 16k tokens, chunked vs naive, each in
   a fresh process, read from the kernel's RSS high-water mark (VmHWM after resetting it through
@@ -203,7 +203,7 @@ def packing(groups: int = 3, group_size: int = 8, prompt: int = 1115, reply: int
             batch_size: int = 16, steps: int = 1, seed: int = 0) -> dict[str, Any]:
     """One DAPO update (score all samples, then ``steps`` optimizer steps of ``batch_size``),
     packed vs one row per sample, same weights, same minibatches, bf16 + checkpointing as in
-    cpu-demo. The two modes alternate per phase so outside load hits both alike."""
+    cpu-demo-1turn. The two modes alternate per phase so outside load hits both alike."""
     torch.manual_seed(seed)
     model, name = load_bench_model()
     samples = dapo_shaped_samples(groups, group_size, prompt, reply, model.config.vocab_size, seed)
@@ -244,7 +244,7 @@ def bench_train(peak_tokens: int = 16384, steps: int = 2, step_tokens: int = 102
 
     if "padding" in parts:
         report({
-            # cpu-demo preset: 4k context, 32 trajectories per step, micro_batch_tokens 4096
+            # cpu-demo-1turn preset: 4k context, 32 trajectories per step, micro_batch_tokens 4096
             "padding_share_cpu_demo": padding_report(
                 32, 4096, modelled_lengths(512, median=2000, sigma=0.5, lo=300, hi=4096, seed=1)),
             # gpu-7b preset: 32k context, 128 trajectories per step, micro_batch_tokens 32768

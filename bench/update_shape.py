@@ -1,4 +1,4 @@
-"""One DAPO update in cpu-demo's shape with the real Trainer (fp32, checkpointing on), to compare
+"""One DAPO update in cpu-demo-1turn's shape with the real Trainer (fp32, checkpointing on), to compare
 commits (run it in each checkout): 4 tasks x 8 replies of 16 tokens behind prompts of 1,115
 tokens whose first 770 are common to all tasks; old-logprob scoring, then 2 optimizer steps of 16.
 

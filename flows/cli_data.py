@@ -10,7 +10,7 @@ from flows.cli_common import (
     SubParsers, add_config_args, add_run_args, flow_kwargs, load_cli_config, one_line, one_line_errors,
     tasks_with_images,
 )
-from swerl.config import ConfigError, SwerlConfig
+from swerl.config import DEFAULT_PRESET, ConfigError, SwerlConfig
 
 
 # ---------------------------------------------------------------- grade
@@ -171,7 +171,7 @@ def add_curate(sub: SubParsers) -> None:
     csub = p.add_subparsers(dest="curate_command", required=True)
     syn = csub.add_parser("synth", help="synthesise validated tasks from the preset's projects (cached); a preset that "
                           "pins its datasets (data.*_hash) takes those: set them to null to synthesise")
-    add_run_args(syn, "cpu-demo")
+    add_run_args(syn, DEFAULT_PRESET)
     syn.set_defaults(func=cmd_curate_synth)
     imp = csub.add_parser("import", help="import SWE-bench / SWE-rebench / SWE-Gym tasks (file or HF name)")
     add_config_args(imp)

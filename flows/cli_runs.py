@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from flows.cli_common import SubParsers, add_config_args, add_run_args, flow_kwargs, load_cli_config, where
-from swerl.config import SwerlConfig, load_config
+from swerl.config import DEFAULT_PRESET, SwerlConfig, load_config
 
 
 def _context(cfg: SwerlConfig, run_id: str | None):
@@ -89,7 +89,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     load_cli_config(args)  # fail on a bad config before Prefect starts
     kw = flow_kwargs(args)
     named = Path(args.preset).suffix not in (".yaml", ".yml")
-    params = PipelineParams(preset=args.preset if named else "cpu-demo", config_file=None if named else args.preset,
+    params = PipelineParams(preset=args.preset if named else DEFAULT_PRESET, config_file=None if named else args.preset,
                             overrides=kw["overrides"], run_id=kw["run_id"])
     result = pipeline(params=params)
     print(json.dumps(result, indent=2, default=str))
@@ -98,7 +98,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
 def add_pipeline(sub: SubParsers) -> None:
     p = sub.add_parser("pipeline", help="run every stage (Prefect flow; ephemeral API unless configured)")
-    add_run_args(p, "cpu-demo")
+    add_run_args(p, DEFAULT_PRESET)
     p.set_defaults(func=cmd_pipeline)
 
 

@@ -8,12 +8,13 @@ from typing import Any
 from prefect import flow
 from prefect.artifacts import create_table_artifact
 
+from swerl.config import DEFAULT_PRESET
 from tasks.curate_tasks import curate_task
 from tasks.run_context import RunRef
 
 
 @flow(name="curate", log_prints=True)
-def curate(preset: str = "cpu-demo", overrides: list[str] = [], run_id: str | None = None  # noqa: B006
+def curate(preset: str = DEFAULT_PRESET, overrides: list[str] = [], run_id: str | None = None  # noqa: B006
            ) -> dict[str, Any]:
     """Build (or find) the preset's train and eval datasets."""
     ref = RunRef.create(preset, overrides, run_id)

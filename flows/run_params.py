@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from swerl.config import CONFIG_DIR, load_config
+from swerl.config import CONFIG_DIR, DEFAULT_PRESET, load_config
 
 PRESETS = tuple(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
 PresetName = Literal[PRESETS]  # type: ignore[valid-type]  # the presets in configs/, read at import
@@ -22,7 +22,7 @@ class PipelineParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    preset: PresetName = Field("cpu-demo", description="the preset in configs/ the run starts from")
+    preset: PresetName = Field(DEFAULT_PRESET, description="the preset in configs/ the run starts from")
     config_file: str | None = Field(None, description="a YAML preset file on the worker, used instead of `preset`")
     seed: int | None = Field(None, ge=0, description="the run's seed (empty: the preset's)")
     rollout_backend: Literal["hf", "openai", "vllm"] | None = Field(

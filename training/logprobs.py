@@ -104,7 +104,7 @@ def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor,
     at each of those positions (no grad). Padding positions get finite garbage; callers mask them.
 
     ``only`` ([B, T-1] bool): run the LM head at these positions alone, 0.0 elsewhere. An agent
-    sample is mostly prompt (1,100 tokens of it for ~15 reply tokens in cpu-demo), and the head
+    sample is mostly prompt (1,100 tokens of it for ~15 reply tokens in cpu-demo-1turn), and the head
     (vocab x hidden, a fifth of SmolLM2's weights) with its log_softmax on every prompt position
     was a quarter of a train step's compute spent on values the loss masks out.
     """

@@ -81,7 +81,7 @@ def test_calling_the_flow_with_a_wrong_type_fails_before_it_runs(prefect_api):
 
     from flows.pipeline import pipeline
 
-    with pytest.raises(ParameterTypeError, match="params.preset: Input should be 'cpu-demo'"):
+    with pytest.raises(ParameterTypeError, match="params.preset: Input should be 'cpu-demo-1turn'"):
         pipeline(params={"preset": "nope"})
 
 

@@ -1,5 +1,5 @@
 """Commands pointed at a run use that run's config: `swerl report RUN_ID`, `swerl evaluate --run
-RUN_ID` and `swerl promote --run RUN_ID` of a cpu-demo run, with no --preset.
+RUN_ID` and `swerl promote --run RUN_ID` of a cpu-demo-1turn run, with no --preset.
 
 The run is planted where the pipeline leaves it (config.yaml, evaluations, sealed DAPO
 checkpoints) in a tmp store with a SQLite MLflow; the commands are the real CLI in a subprocess.
@@ -25,18 +25,18 @@ from tests.integration.test_registry import plant_checkpoint, plant_eval
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-REFUSED = ("swerl: run {run} was made with preset 'cpu-demo', not 'smoke': drop --preset to use the run's own "
+REFUSED = ("swerl: run {run} was made with preset 'cpu-demo-1turn', not 'smoke': drop --preset to use the run's own "
            "config (--set changes single values), or drop --run for a new run")
 
 
 @pytest.fixture
 def cpu_demo_run(tmp_path, monkeypatch):
-    """A cpu-demo run (seed 1) with base and dapo evaluations and three of its four DAPO
+    """A cpu-demo-1turn run (seed 1) with base and dapo evaluations and three of its four DAPO
     checkpoints, its config stored as the pipeline stores it."""
     monkeypatch.setenv("SWERL_STATE", str(tmp_path / "state"))
     where = [f"storage.uri=file://{tmp_path}/store", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
              "tracking.retry_s=5", "storage.retry_s=5"]
-    ref = RunRef(preset="cpu-demo", overrides=[*where, "seed=1"], run_id=f"cpu-demo-{uuid.uuid4().hex[:8]}")
+    ref = RunRef(preset="cpu-demo-1turn", overrides=[*where, "seed=1"], run_id=f"cpu-demo-1turn-{uuid.uuid4().hex[:8]}")
     t = open_run(ref)
     assert t.remember_config(overwrite=True)
     assert not t.remember_config(overwrite=True), "unchanged: not written twice"
@@ -61,7 +61,7 @@ def test_the_stored_config_is_the_runs_and_is_in_mlflow(cpu_demo_run):
     ref, where, tmp_path = cpu_demo_run
     t = open_run(ref)
     stored = t.ctx.store.get_text(config_key(ref.run_id))
-    assert stored == dump_config(load_config("cpu-demo", ref.overrides))
+    assert stored == dump_config(load_config("cpu-demo-1turn", ref.overrides))
     uri = t.tracker.tracking_uri
     logged = MlflowClient(tracking_uri=uri).download_artifacts(t.parent(), "config.yaml", str(tmp_path))
     assert Path(logged).read_text() == stored
@@ -73,17 +73,17 @@ def test_report_of_a_cpu_demo_run_uses_its_config(cpu_demo_run):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "warning" not in out.stderr
     md = Path(out.stdout.strip().splitlines()[-1]).read_text()
-    assert f"(preset `cpu-demo`)" in md
+    assert f"(preset `cpu-demo-1turn`)" in md
     rep = json.loads((Path(out.stdout.strip().splitlines()[-1]).parent / "report.json").read_text())
-    # cpu-demo has 4 DAPO iterations: all 3 planted checkpoints are the run's (smoke's 2 would drop one)
+    # cpu-demo-1turn has 4 DAPO iterations: all 3 planted checkpoints are the run's (smoke's 2 would drop one)
     assert [r["checkpoint"] for r in rep["dapo_iterations"]] == ["dapo-s1-0", "dapo-s1-1", "dapo-s1-2"]
-    assert rep["preset"] == "cpu-demo"
+    assert rep["preset"] == "cpu-demo-1turn"
 
     # an explicit preset that is not the run's is refused in one line; the run's own is fine
     out = _swerl("report", ref.run_id, "--preset", "smoke", *(a for w in where for a in ("--set", w)), cwd=tmp_path)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr == REFUSED.format(run=ref.run_id) + "\n"
-    out = _swerl("report", ref.run_id, "--preset", "cpu-demo", *(a for w in where for a in ("--set", w)), cwd=tmp_path)
+    out = _swerl("report", ref.run_id, "--preset", "cpu-demo-1turn", *(a for w in where for a in ("--set", w)), cwd=tmp_path)
     assert out.returncode == 0 and "warning" not in out.stderr, out.stderr[-3000:]
 
 
@@ -95,17 +95,17 @@ def test_promote_and_evaluate_read_the_runs_preset(cpu_demo_run):
     decision = json.loads(out.stdout[out.stdout.index("{"):])
     assert decision["promoted"] and decision["reason"] == "no champion yet"
 
-    # evaluate resolves the run's config before anything runs: a bad --model fails on cpu-demo's
+    # evaluate resolves the run's config before anything runs: a bad --model fails on cpu-demo-1turn's
     # config (its eval set and seed), not smoke's. Checked in process: the whole evaluation of
-    # cpu-demo's 49 tasks is minutes of CPU.
+    # cpu-demo-1turn's 49 tasks is minutes of CPU.
     import argparse
 
     from flows.cli_runs import _run_config
 
     args = argparse.Namespace(run_id=ref.run_id, preset=None, set=list(where))
     cfg = _run_config(args)
-    assert (cfg.preset, cfg.seed) == ("cpu-demo", 1) and args.preset is None
-    assert cfg.data.eval_dataset == load_config("cpu-demo").data.eval_dataset
+    assert (cfg.preset, cfg.seed) == ("cpu-demo-1turn", 1) and args.preset is None
+    assert cfg.data.eval_dataset == load_config("cpu-demo-1turn").data.eval_dataset
     args = argparse.Namespace(run_id=None, preset=None, set=list(where))
     assert _run_config(args).preset == "smoke" and args.preset == "smoke", "no run: the default preset"
 
@@ -115,8 +115,8 @@ def test_a_run_without_a_stored_config(tmp_path, monkeypatch):
     from tasks.run_config import choose_preset
 
     where = [f"storage.uri=file://{tmp_path}/store"]
-    choice = choose_preset("cpu-demo-0123456789", None, where)
-    assert choice.preset == "cpu-demo" and "has no stored config" in choice.warning
+    choice = choose_preset("cpu-demo-1turn-0123456789", None, where)
+    assert choice.preset == "cpu-demo-1turn" and "has no stored config" in choice.warning
     with pytest.raises(ConfigError, match="run my-run has no stored config .*: pass --preset"):
         choose_preset("my-run", None, where)
     assert choose_preset("my-run", "smoke", where).preset == "smoke"
@@ -150,7 +150,7 @@ def fake_evaluation(monkeypatch):
 
 
 def test_evaluate_of_a_cpu_demo_run_runs_with_its_config(cpu_demo_run, fake_evaluation, capsys, monkeypatch):
-    """`swerl evaluate --run RUN_ID` with no --preset evaluates with cpu-demo's eval.runs (3)
+    """`swerl evaluate --run RUN_ID` with no --preset evaluates with cpu-demo-1turn's eval.runs (3)
     and k ([1, 3]), not smoke's (2, [1, 2]); an explicit --preset smoke is refused before anything runs."""
     from prefect.testing.utilities import prefect_test_harness
 
@@ -158,14 +158,14 @@ def test_evaluate_of_a_cpu_demo_run_runs_with_its_config(cpu_demo_run, fake_eval
     from tasks import run_context
 
     ref, where, tmp_path = cpu_demo_run
-    demo, smoke = load_config("cpu-demo").eval, load_config("smoke").eval
+    demo, smoke = load_config("cpu-demo-1turn").eval, load_config("smoke").eval
     assert (demo.runs, demo.k) != (smoke.runs, smoke.k), "the test tells the presets apart by these"
     sets = [a for w in where for a in ("--set", w)]
     with prefect_test_harness(server_startup_timeout=180):
         assert main(["evaluate", "--run", ref.run_id, "--label", "cli", *sets]) == 0
         out = capsys.readouterr()
         assert "warning" not in out.err
-        assert [(c.preset, c.seed, c.eval.runs, c.eval.k) for c in fake_evaluation] == [("cpu-demo", 1, 3, [1, 3])]
+        assert [(c.preset, c.seed, c.eval.runs, c.eval.k) for c in fake_evaluation] == [("cpu-demo-1turn", 1, 3, [1, 3])]
         assert f"evaluation `cli` of base (run {ref.run_id}): 3 tasks x 3 runs" in out.out
         assert "Pass@3  1.000" in out.out
 

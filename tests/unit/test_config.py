@@ -9,7 +9,7 @@ pytestmark = pytest.mark.unit
 
 
 def test_presets_load():
-    for name in ("smoke", "cpu-demo", "cpu-demo-multiturn", "gpu-7b", "paper-72b"):
+    for name in ("smoke", "cpu-demo-1turn", "cpu-demo-multiturn", "gpu-7b", "paper-72b"):
         cfg = load_config(name)
         assert cfg.preset == name
 
@@ -67,11 +67,11 @@ def test_training_sampling_guard_names_the_setting():
 
 
 def test_line_style_needs_a_quoted_line_and_an_open_file():
-    assert load_config("cpu-demo").rollout.prompt_style == "line"
+    assert load_config("cpu-demo-1turn").rollout.prompt_style == "line"
     for bad in ("data.hint_level=3", "data.exact_hint_level=false", "rollout.show_source=false",
                 "rollout.action_format=tools"):
         with pytest.raises(ConfigError, match=r"rollout\.prompt_style: 'line'"):
-            load_config("cpu-demo", [bad])
+            load_config("cpu-demo-1turn", [bad])
 
 
 def test_flat_params_cover_nested_lists():

@@ -80,7 +80,7 @@ def test_imports_come_in_pairs_and_exclude_pins(rows):
     with pytest.raises(ConfigError, match="go together"):
         load_config("smoke", [f"data.train_import={spec}"])
     with pytest.raises(ConfigError, match="exclude each other"):
-        load_config("cpu-demo", [f"data.train_import={spec}", f"data.eval_import={spec}"])
+        load_config("cpu-demo-1turn", [f"data.train_import={spec}", f"data.eval_import={spec}"])
     with pytest.raises(ConfigError):
         load_config("smoke", [f"data.train_import={json.dumps({'source': 'swe-rebench', 'path': 'x', 'colour': 1})}"])
 

@@ -113,9 +113,9 @@ def test_the_regrade_hint_names_the_eval_set_the_run_read_not_the_newest(tmp_pat
 
 def test_the_cpu_demo_pins_datasets_that_are_shipped_whole(tmp_path):
     """`make demo` on a fresh machine trains and evaluates on the shipped sets: they must be there."""
-    cfg = load_config("cpu-demo")
+    cfg = load_config("cpu-demo-1turn")
     d = cfg.data
-    assert d.train_hash and d.eval_hash, "cpu-demo should pin its datasets"
+    assert d.train_hash and d.eval_hash, "cpu-demo-1turn should pin its datasets"
     store = Store(f"file://{tmp_path}/s")
     for name, digest in ((d.train_dataset, d.train_hash), (d.eval_dataset, d.eval_hash)):
         assert shipped_files(name, digest)[0].is_file(), f"{name}@{digest} is not in {SHIPPED_DIR}"

@@ -34,7 +34,7 @@ def test_auto_follows_the_cpu_and_explicit_names_pass_through(monkeypatch):
 
 
 def test_cpu_demo_takes_auto_and_the_config_rejects_other_names():
-    cfg = load_config("cpu-demo")
+    cfg = load_config("cpu-demo-1turn")
     assert cfg.rollout.dtype == "auto" and cfg.rft.train.dtype == "auto" and cfg.dapo.train.dtype == "auto"
     with pytest.raises(Exception, match="rollout.dtype"):
         load_config("smoke", ["rollout.dtype=bf16"])

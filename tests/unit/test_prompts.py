@@ -300,7 +300,7 @@ def test_rft_collects_at_its_own_hint_level_and_turns():
     assert (cfg.data.hint_level, cfg.rollout.max_turns) == (5, 3)  # the run's own settings are untouched
     spec = episode_spec(collecting)
     assert spec.limits.max_turns == 1 and spec.show_source and episode_spec(cfg).limits.max_turns == 3
-    assert load_config("cpu-demo").rft_collection() == load_config("cpu-demo")  # none set: the run's own
+    assert load_config("cpu-demo-1turn").rft_collection() == load_config("cpu-demo-1turn")  # none set: the run's own
     with pytest.raises(ConfigError, match="RFT collection"):  # level 4 needs the source shown
         load_config("cpu-demo-multiturn", ["rft.show_source=false"])
 

@@ -89,7 +89,7 @@ def test_run_report_has_every_eval_and_decision(tmp_path):
                    "mean_turns": 10 - i} for i in range(1, 4)]
     registry = [{"version": "3", "policy": "dapo-s1-2", "label": "dapo", "decision": "promoted",
                  "p_value": "0.0123", "reason": "better"}]
-    rep = write_report(tmp_path, "cpu-demo", "cpu-demo-1", evals, iterations, {"rft": 10.0, "dapo": 30.0}, registry)
+    rep = write_report(tmp_path, "cpu-demo-1turn", "cpu-demo-1turn-1", evals, iterations, {"rft": 10.0, "dapo": 30.0}, registry)
     assert list(rep["eval"]) == ["base", "rft", "dapo"]
     assert rep["eval"]["dapo"]["pass@1"] == evals["dapo"]["pass@1"]
     assert rep["eval"]["rft"]["pass@5"] == evals["rft"]["pass@5"]

@@ -22,11 +22,11 @@ def test_empty_fields_keep_the_preset():
 
 
 def test_typed_fields_become_overrides_the_free_ones_last():
-    p = PipelineParams(preset="cpu-demo", seed=2, rollout_backend="vllm", dapo_iterations=6, eval_runs=5, rft=False,
+    p = PipelineParams(preset="cpu-demo-1turn", seed=2, rollout_backend="vllm", dapo_iterations=6, eval_runs=5, rft=False,
                        overrides=["eval.runs=7"])
     cfg = load_config(p.base, p.all_overrides())
     assert (cfg.seed, cfg.rollout.backend, cfg.rft.enabled) == (2, "vllm", False)
-    assert [s.iterations for s in cfg.dapo.stages] == [6] * len(load_config("cpu-demo").dapo.stages)
+    assert [s.iterations for s in cfg.dapo.stages] == [6] * len(load_config("cpu-demo-1turn").dapo.stages)
     assert cfg.eval.runs == 7, "the free-form overrides win"
 
 
