@@ -167,7 +167,9 @@ class RolloutConfig(Strict):
     server_url: str | None = None  # for backend=openai
     # "auto": bfloat16 where the device has bf16 units, else float32 (training/precision.py)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
-    infer_threads: int | None = Field(None, ge=1)  # torch threads while generating; None = half the cores
+    # compute threads while generating: torch's (hf), the CPU engine's OpenMP threads (vllm). None: half
+    # the cores (hf), vLLM's own choice (all but one core, kept for its scheduler)
+    infer_threads: int | None = Field(None, ge=1)
     max_turns: int = Field(10, ge=1)
     max_context_tokens: int = Field(4096, ge=256)
     observation_max_chars: int = Field(4000, ge=100)

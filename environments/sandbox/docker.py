@@ -87,12 +87,14 @@ _client: docker.APIClient | None = None
 
 
 def api() -> docker.APIClient:
-    """One low-level Docker client per process (created lazily, shared by threads)."""
+    """One low-level Docker client per process (created lazily, shared by threads). Its connection
+    pool is sized for a rollout's concurrent episodes: docker-py's default of 10 made urllib3 drop
+    and reopen connections (and warn) at 16 episodes."""
     global _client
     with _client_lock:
         if _client is None:
             try:
-                _client = docker.from_env(timeout=120).api
+                _client = docker.from_env(timeout=120, max_pool_size=64).api
             except docker.errors.DockerException as e:
                 raise SandboxError(f"cannot reach the Docker daemon: {e}") from e
         return _client

