@@ -7,7 +7,7 @@ STAMP := .venv/.swerl-installed
 # the rollout engine's build: vLLM's CPU wheel here, its CUDA one (the `gpu` extra) where a GPU is;
 # `make test VLLM=none` leaves vLLM out (rollout.backend=vllm then falls back to hf)
 VLLM  ?= $(if $(shell command -v nvidia-smi 2>/dev/null),gpu,cpu)
-PRESET ?= cpu-demo-multiturn
+PRESET ?= cpu-demo-1turn
 ENGINE_STAMP := .venv/.swerl-engine-$(VLLM)
 # yes when the preset samples with vLLM (read from the preset itself, after the venv exists)
 USES_VLLM = $(shell $(PY) -c 'from swerl.config import load_config; print("yes" if load_config("$(PRESET)").rollout.backend == "vllm" else "")' 2>/dev/null)
