@@ -1,6 +1,14 @@
 """Test-wide settings: nothing leaves the machine, and every test runs with the embedded defaults."""
 
-from flows.cli import set_process_defaults
+import os
+from pathlib import Path
+
+# Under pytest-xdist each worker gets its own Prefect home, so two ephemeral API servers never
+# share one SQLite database (set before anything imports Prefect).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("PREFECT_HOME", str(Path.home() / ".prefect" / f"pytest-{os.environ['PYTEST_XDIST_WORKER']}"))
+
+from flows.cli import set_process_defaults  # noqa: E402
 
 set_process_defaults()
 
