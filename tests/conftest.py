@@ -5,8 +5,8 @@ from pathlib import Path
 
 # Under pytest-xdist each worker gets its own Prefect home, so two ephemeral API servers never
 # share one SQLite database (set before anything imports Prefect).
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.setdefault("PREFECT_HOME", str(Path.home() / ".prefect" / f"pytest-{os.environ['PYTEST_XDIST_WORKER']}"))
+if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("PREFECT_HOME", str(Path.home() / ".prefect" / f"pytest-{worker}"))
 
 from flows.cli import set_process_defaults  # noqa: E402
 
