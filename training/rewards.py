@@ -21,7 +21,15 @@ def turn_penalty(turns: int, l_thr: int, t_max: int) -> float:
 
 
 def reward(resolved: bool, turns: int, l_thr: int, t_max: int) -> float:
-    return float(resolved) + turn_penalty(turns, l_thr, t_max)
+    """1 plus the turn penalty for a resolved episode; an unresolved one is charged the full
+    penalty, as if it had run to the turn limit.
+
+    Why not the penalty at its own length: an episode can end early without a fix (its change
+    makes the failing tests pass but breaks others, or the agent submits), and would then be paid
+    more than an honest miss that kept trying, as much as a fix at the limit. Only fixed code
+    earns more than the floor, and among fixes, the shorter earns more.
+    """
+    return 1.0 + turn_penalty(turns, l_thr, t_max) if resolved else turn_penalty(t_max, l_thr, t_max)
 
 
 def resolved_reward(traj: Trajectory) -> float:

@@ -24,8 +24,21 @@ def test_turn_penalty(turns, expected):
 def test_reward():
     assert reward(True, 5, 10, 40) == 1.0
     assert reward(True, 25, 10, 40) == pytest.approx(0.5)    # 1 - 0.5
-    assert reward(False, 25, 10, 40) == pytest.approx(-0.5)
     assert reward(True, 40, 10, 40) == pytest.approx(0.0)    # solved at the limit: 1 - 1
+
+
+@pytest.mark.parametrize("turns", [1, 10, 25, 40])
+def test_unresolved_pays_the_floor_at_any_length(turns):
+    """Stopping early without a fix must not beat an honest miss that kept trying (seen in
+    DAPO: a change that passed the failing tests but broke others ended at turn 2 and got 0
+    against the others' -1)."""
+    assert reward(False, turns, 10, 40) == pytest.approx(-1.0)
+    assert reward(False, 2, 2, 3) == reward(False, 3, 2, 3) == pytest.approx(-1.0)
+    assert reward(True, 3, 2, 3) > reward(False, 2, 2, 3)
+
+
+def test_unresolved_without_a_penalty_range_pays_zero():
+    assert reward(False, 1, 1, 1) == 0.0
 
 
 def test_group_advantages_population_std():
