@@ -15,6 +15,7 @@ Status `error` (with `error_reason`) is for verdicts we could not reach, never a
 
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 import time
@@ -33,6 +34,8 @@ from environments.predictions import read_predictions
 from environments.records import GradeResult, TaskInstance
 from environments.sandbox import SandboxError, open_sandbox, run_env_prefix
 from swerl.config import EnvironmentConfig
+
+log = logging.getLogger(__name__)
 
 GRADE_DIR = "/tmp/swerl-grade"
 LOG_KEEP_CHARS = 200_000  # of the test log kept in GradeResult.log (head and tail)
@@ -256,6 +259,40 @@ def _outside(task: TaskInstance, problems: list[str], duration_s: float) -> Grad
                                                                if len(problems) > 20 else "")
     return GradeResult(task.instance_id, "unresolved", False, False, error_reason=reason,
                        log=f">>>>> swerl: {reason}", duration_s=duration_s)
+
+
+def gold_out_of_scope(tasks: list[TaskInstance], env_cfg: EnvironmentConfig,
+                      workers: int = 4) -> dict[str, list[str]]:
+    """The tasks whose own reference patch the grader refuses (`out_of_scope`), with the reasons.
+
+    Why: such a task is unsolvable (the real fix is graded `unresolved`), and a dataset pinned
+    before a scope rule existed can hold some (a synthetic bug put in `tools/`, outside the
+    package). Curation's validation catches them in new datasets; this catches them in old ones.
+    One sandbox per (repo, base commit), whose tracked files decide the scope, `workers` at once
+    (a sandbox mostly waits on Docker); a group whose sandbox fails is logged and kept, never
+    dropped for an infrastructure error.
+    """
+    groups: dict[tuple[str, str], list[TaskInstance]] = {}
+    for t in tasks:
+        if t.patch.strip():
+            groups.setdefault((t.repo, t.base_commit), []).append(t)
+
+    def check(group: list[TaskInstance]) -> dict[str, list[str]]:
+        refused = {}
+        try:
+            with open_sandbox(group[0].image, env_cfg, snapshot_git=False) as sb:
+                for t in group:
+                    sb.write_file(f"{GRADE_DIR}/model.patch", t.patch if t.patch.endswith("\n") else t.patch + "\n")
+                    problems = out_of_scope(t, t.patch, sb.run(scope_script()).output)
+                    if problems:
+                        refused[t.instance_id] = problems
+        except SandboxError as e:
+            log.warning("scope check of %s@%s skipped (%d tasks kept unchecked): %s",
+                        group[0].repo, group[0].base_commit[:12], len(group), e)
+        return refused
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return {k: v for part in pool.map(check, groups.values()) for k, v in part.items()}
 
 
 def grade_prediction(task: TaskInstance, patch: str | None, env_cfg: EnvironmentConfig,

@@ -7,6 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from environments.curation.dataset import ensure_dataset, latest_hash, load_dataset
+from environments.grading import gold_out_of_scope
 from environments.images import ensure_images
 from environments.records import TaskInstance, at_hint_level, load_tasks
 from swerl.config import CONFIG_DIR, DataConfig
@@ -74,8 +75,8 @@ def find_file(path: str) -> str:
 def load_split(ctx: RunContext, split: str) -> list[TaskInstance]:
     """The train or eval tasks of this run, with their instance images built.
 
-    A task whose image cannot be built is reported and skipped, not fatal: one broken project
-    must not take the run down.
+    A task whose image cannot be built, or whose reference patch the grader would refuse, is
+    reported and skipped, not fatal: one broken project must not take the run down.
     """
     d = ctx.cfg.data
     path = d.tasks_file if split == "train" else d.eval_tasks_file
@@ -95,6 +96,10 @@ def load_split(ctx: RunContext, split: str) -> list[TaskInstance]:
             ready.append(t)
         except Exception as e:  # noqa: BLE001 - reported, the rest of the set goes on
             log.error("skipping task %s: its image could not be built: %s", t.instance_id, e)
+    refused = gold_out_of_scope(ready, ctx.cfg.environment)
+    for iid, problems in refused.items():
+        log.error("skipping task %s: the grader refuses its own reference patch (%s)", iid, "; ".join(problems))
+    ready = [t for t in ready if t.instance_id not in refused]
     if not ready:
         raise RuntimeError(f"no usable {split} tasks (of {len(tasks)})")
     return ready

@@ -17,7 +17,7 @@ import base64
 import gzip
 import shlex
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -245,3 +245,15 @@ def test_the_routes_work_when_the_rule_is_off(tasks, task_id, name, monkeypatch)
     monkeypatch.setattr(grading, "out_of_scope", lambda *a: [])
     result = grade(task, patch, ENV)
     assert result.status == "resolved", (result.status, result.error_reason, result.log[-1500:])
+
+
+def test_tasks_whose_own_gold_patch_is_refused_are_found(tasks):
+    """A pinned dataset made before the rule can hold a task whose bug (and fix) sits outside the
+    source roots: unsolvable, so `training.data.load_split` drops it (`gold_out_of_scope`)."""
+    task = tasks[FIXTURE_ID]
+    outside = make_patches(task, LAYOUT[FIXTURE_ID], {"tools": Route({"tools/legacy.py": "X = 1\n"})})["tools"]
+    unsolvable = replace(task, instance_id="toolz__gold-outside", patch=outside)
+    refused = grading.gold_out_of_scope([*tasks.values(), unsolvable], ENV, workers=2)
+    assert list(refused) == ["toolz__gold-outside"]
+    [reason] = refused["toolz__gold-outside"]
+    assert reason.startswith("tools/legacy.py: outside the source directories") and "toolz/" in reason
