@@ -74,8 +74,8 @@ class TrainingSample:
 def training_sample(traj: Trajectory, mask_format_errors: bool = True) -> TrainingSample:
     """Concatenate prompt, assistant turns and observations exactly as the model saw them.
 
-    Format-error turns stay in the context (the model did see them) but get no loss, as in the
-    paper's RFT recipe; observation and prompt tokens never get loss.
+    Format-error turns stay in the context (the model did see them); with `mask_format_errors`
+    they get no loss, as in the paper's RFT recipe. Observation and prompt tokens never get loss.
     """
     ids = list(traj.prompt_token_ids)
     mask = [0] * len(ids)

@@ -90,3 +90,17 @@ def test_l_thr_at_the_turn_limit_penalises_nothing():
     DAPOStage(max_turns=1, l_thr=1)
     with pytest.raises(ValueError, match="must not exceed max_turns"):
         DAPOStage(max_turns=1, l_thr=2)
+
+
+def test_format_error_turns_get_loss_only_where_pushed_down():
+    """A format error is never reinforced, and is pushed down in an episode that lost."""
+    def traj(status, r, i):
+        return make_trajectory(prompt=[1, 2], turns=[([3, 4], True, [5]), ([6], False, [])], status=status,
+                               reward=r, task_id="a", sample_index=i)
+
+    samples, _ = samples_from_groups([[traj("resolved", 1.0, 0), traj("unresolved", -1.0, 1)]], delta=0.0)
+    won, lost = samples
+    assert won.advantage > 0 and lost.advantage < 0
+    #                         p  p  err   o  ok
+    assert won.loss_mask == [0, 0, 0, 0, 0, 1]
+    assert lost.loss_mask == [0, 0, 1, 1, 0, 1]
