@@ -75,8 +75,8 @@ def find_file(path: str) -> str:
 def load_split(ctx: RunContext, split: str) -> list[TaskInstance]:
     """The train or eval tasks of this run, with their instance images built.
 
-    A task whose image cannot be built, or whose reference patch the grader would refuse, is
-    reported and skipped, not fatal: one broken project must not take the run down.
+    A task whose image cannot be built, or a train task whose reference patch the grader would
+    refuse, is reported and skipped, not fatal: one broken project must not take the run down.
     """
     d = ctx.cfg.data
     path = d.tasks_file if split == "train" else d.eval_tasks_file
@@ -96,10 +96,14 @@ def load_split(ctx: RunContext, split: str) -> list[TaskInstance]:
             ready.append(t)
         except Exception as e:  # noqa: BLE001 - reported, the rest of the set goes on
             log.error("skipping task %s: its image could not be built: %s", t.instance_id, e)
+    # training on a task whose real fix is graded unresolved teaches nothing; an eval set stays as
+    # given (a benchmark's denominator), the grader's refusal reported
     refused = gold_out_of_scope(ready, ctx.cfg.environment)
     for iid, problems in refused.items():
-        log.error("skipping task %s: the grader refuses its own reference patch (%s)", iid, "; ".join(problems))
-    ready = [t for t in ready if t.instance_id not in refused]
+        log.error("%s task %s: the grader refuses its own reference patch (%s)",
+                  "skipping train" if split == "train" else "keeping eval", iid, "; ".join(problems))
+    if split == "train":
+        ready = [t for t in ready if t.instance_id not in refused]
     if not ready:
         raise RuntimeError(f"no usable {split} tasks (of {len(tasks)})")
     return ready
