@@ -32,7 +32,7 @@ from environments.log_parsers import StatusMap, output_section, parse_log, strip
 from environments.patch_scope import parse_numstat_z, scope_violations
 from environments.predictions import read_predictions
 from environments.records import GradeResult, TaskInstance
-from environments.sandbox import SandboxError, open_sandbox, run_env_prefix
+from environments.sandbox import Sandbox, SandboxError, open_sandbox, run_env_prefix
 from swerl.config import EnvironmentConfig
 
 log = logging.getLogger(__name__)
@@ -221,6 +221,11 @@ def verdict(task: TaskInstance, output: str, duration_s: float = 0.0) -> GradeRe
 # ---------------------------------------------------------------- in a sandbox
 
 
+def write_model_patch(sb: Sandbox, patch: str) -> None:
+    """The patch where `scope_script` and `grading_script` read it (git wants a final newline)."""
+    sb.write_file(f"{GRADE_DIR}/model.patch", patch if patch.endswith("\n") else patch + "\n")
+
+
 def grade(task: TaskInstance, patch: str | None, env_cfg: EnvironmentConfig,
           image: str | None = None) -> GradeResult:
     """Grade `patch` against `task` in a fresh sandbox of `image` (default: `task.image`)."""
@@ -232,7 +237,7 @@ def grade(task: TaskInstance, patch: str | None, env_cfg: EnvironmentConfig,
     try:
         with open_sandbox(image, env_cfg, snapshot_git=False) as sb:
             if patch.strip():
-                sb.write_file(f"{GRADE_DIR}/model.patch", patch if patch.endswith("\n") else patch + "\n")
+                write_model_patch(sb, patch)
             if task.test_patch.strip():
                 sb.write_file(f"{GRADE_DIR}/test.patch", task.test_patch)
             problems = out_of_scope(task, patch, sb.run(scope_script()).output) if patch.strip() else None
@@ -282,7 +287,7 @@ def gold_out_of_scope(tasks: list[TaskInstance], env_cfg: EnvironmentConfig,
         try:
             with open_sandbox(group[0].image, env_cfg, snapshot_git=False) as sb:
                 for t in group:
-                    sb.write_file(f"{GRADE_DIR}/model.patch", t.patch if t.patch.endswith("\n") else t.patch + "\n")
+                    write_model_patch(sb, t.patch)
                     problems = out_of_scope(t, t.patch, sb.run(scope_script()).output)
                     if problems:
                         refused[t.instance_id] = problems
