@@ -12,6 +12,7 @@ import atexit
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -104,14 +105,43 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)  # unwinds `with` blocks, then atexit runs close_all()
 
 
+def _signal_of(exc: BaseException | None) -> int | None:
+    """The signal a handler's exception stands for: Ctrl-C, our SIGTERM exit, Prefect's bridge."""
+    if isinstance(exc, KeyboardInterrupt):
+        return signal.SIGINT
+    if isinstance(exc, SystemExit) and exc.code == 128 + signal.SIGTERM:
+        return signal.SIGTERM
+    sig = getattr(exc, "signal", None)  # prefect.exceptions.TerminationSignal
+    return sig if isinstance(sig, int) else None
+
+
+def _redeliver_swallowed_signal(unraisable: Any) -> None:
+    """A handler's exception raised while a finalizer (`__del__`, a weakref callback) runs is
+    printed and dropped by Python, and the process would run on as if never signalled (seen: a
+    SIGTERM during a sandbox-heavy load went unheard). Send the signal again from a thread a
+    moment later, once this hook has returned: sent from here, its handler would run in here."""
+    sig = _signal_of(unraisable.exc_value)
+    if sig is None or threading.current_thread() is not threading.main_thread():
+        _previous_unraisablehook(unraisable)
+        return
+    print(f"swerl: signal {sig} arrived inside a finalizer; delivering it again", file=sys.stderr)
+    again = threading.Timer(0.2, os.kill, (os.getpid(), sig))
+    again.daemon = True
+    again.start()
+
+
+_previous_unraisablehook: Callable[[Any], None] = sys.__unraisablehook__
+
+
 def install_exit_handlers() -> None:
     """atexit once; the SIGTERM handler from the main thread only (Python's rule), so a process
     whose sandboxes are all started by worker threads (the rollout engine) must call this from
     its main thread first, or SIGTERM kills it with every sandbox left running."""
-    global _handlers_installed, _sigterm_installed
+    global _handlers_installed, _sigterm_installed, _previous_unraisablehook
     if not _handlers_installed:
         _handlers_installed = True
         atexit.register(_at_exit)
+        _previous_unraisablehook, sys.unraisablehook = sys.unraisablehook, _redeliver_swallowed_signal
     # only take SIGTERM over when nobody else did (Prefect, a server): their handler wins
     if (not _sigterm_installed and threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):

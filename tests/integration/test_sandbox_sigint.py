@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -144,10 +145,13 @@ def test_sigkill_leftovers_are_found_by_cleanup_leaked(image, repo):
     assert not Path(info["scratch"]).exists() and info["scratch"] in removed
 
 
-def test_sigterm_to_a_running_flow_removes_its_sandboxes(tmp_path):
-    """`kill PID` of `swerl evaluate` (a Prefect flow) mid-rollout. Prefect's own SIGTERM handler
-    crashes the flow run and then re-sends SIGTERM to whatever handler was there before it; the CLI
-    installs ours first, so the process unwinds and removes its sandboxes instead of dying at once."""
+@pytest.mark.parametrize("when", ["loading", "rollout"])
+def test_sigterm_to_a_running_flow_removes_its_sandboxes(tmp_path, when):
+    """`kill PID` of `swerl evaluate` (a Prefect flow) at its first sandbox (loading the tasks: the
+    reference-patch scope check) or mid-rollout. Prefect's own SIGTERM handler crashes the flow run
+    and then re-sends SIGTERM to whatever handler was there before it; the CLI installs ours first,
+    so the process unwinds and removes its sandboxes instead of dying at once. Once, at loading,
+    the signal landed in a finalizer and Python dropped it: the run went on to the end."""
     from environments.sandbox.docker import api
     from environments.sandbox import owner_label
 
@@ -157,21 +161,31 @@ def test_sigterm_to_a_running_flow_removes_its_sandboxes(tmp_path):
                             env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     owner = owner_label(proc.pid)  # what the child stamps on its sandboxes
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
 
     def ours() -> list[dict]:
         return api().containers(all=True, filters={"label": f"swerl.owner={owner}"})
 
+    def rolling_out() -> bool:
+        # loading the tasks opens sandboxes too: for the rollout, wait for its engine
+        return bool(ours()) and (when == "loading" or any("rollout engine" in line for line in list(lines)))
+
     try:
         deadline = time.monotonic() + 900
-        while not ours() and proc.poll() is None and time.monotonic() < deadline:
+        while not rolling_out() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert ours(), f"the flow opened no sandbox (rc={proc.poll()}):\n{proc.stdout.read()[-4000:] if proc.poll() is not None else ''}"
-        time.sleep(2)  # inside the rollout: episodes started, the flow and task runs are Running
+        assert rolling_out(), f"no sandbox at {when} (rc={proc.poll()}):\n{''.join(lines)[-4000:]}"
+        if when == "rollout":
+            time.sleep(2)  # episodes started, the flow and task runs are Running
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
+        reader.join(timeout=10)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    out = "".join(lines)
     assert "termination signal" in out, out[-4000:]  # Prefect saw it and crashed the flow run
     assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, out[-4000:])
     left = ours()
