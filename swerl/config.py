@@ -306,7 +306,18 @@ class DAPOConfig(Strict):
     logprob_chunk: int = Field(1024, ge=16)
     mismatch_warn_kl: float = Field(0.05, gt=0)
     tis_cap: float | None = None  # truncated importance-sampling correction, off by default
+    # pi_old in the ratio: "trainer" rescores the samples with the weights the engine was given
+    # (one forward pass over them); "sampler" takes the engine's own logprobs, no pass, sound
+    # where both compute alike (the mismatch/* metrics, from the first step, say how alike)
+    old_logprobs: Literal["trainer", "sampler"] = "trainer"
     train: TrainerConfig = Field(default_factory=TrainerConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> "DAPOConfig":
+        if self.old_logprobs == "sampler" and self.tis_cap is not None:
+            raise ValueError("tis_cap reweights the trainer's old logprobs toward the sampler's; with "
+                             "old_logprobs: sampler the ratio is already taken against the sampler")
+        return self
 
 
 class DifficultyConfig(Strict):

@@ -163,26 +163,39 @@ def _has_behaviour(s: TrainingSample) -> bool:
     return any(lp != 0.0 for lp, m in zip(s.behaviour_logprobs, s.loss_mask) if m)
 
 
+def _mismatch_sums(log_r: Tensor, bound: float = MISMATCH_BOUND) -> dict[str, float]:
+    """Sums over loss tokens of log r = log p_trainer - log p_sampler; k3 = r - 1 - log r estimates
+    KL(sampler || trainer) from the sampled tokens."""
+    return {"abs_diff": float(log_r.abs().sum()), "kl_k3": float((torch.exp(log_r) - 1.0 - log_r).sum()),
+            "over_bound": float((log_r.abs() > bound).sum()), "tokens": float(log_r.numel())}
+
+
+def _add(sums: dict[str, float], more: dict[str, float]) -> None:
+    for k, v in more.items():
+        sums[k] = sums.get(k, 0.0) + v
+
+
+def _no_mismatch() -> dict[str, float]:
+    return {"abs_diff": 0.0, "kl_k3": 0.0, "over_bound": 0.0, "tokens": 0.0, "missing": 0.0}
+
+
 def mismatch_stats(samples: list[TrainingSample], index: list[int], old: list[Tensor | None],
                    bound: float = MISMATCH_BOUND) -> dict[str, float]:
-    """Sums comparing the sampler's logprobs with the trainer's recomputed ones on loss tokens.
-
-    k3 with r = p_trainer / p_sampler estimates KL(sampler || trainer) from sampled tokens.
-    """
-    sums = {"abs_diff": 0.0, "kl_k3": 0.0, "over_bound": 0.0, "tokens": 0.0, "missing": 0.0}
+    """Sums comparing the sampler's logprobs with the trainer's recomputed ones on loss tokens."""
+    sums = _no_mismatch()
     for i in index:
         s = samples[i]
         if not _has_behaviour(s):
             sums["missing"] += 1
             continue
         mask = torch.tensor(s.loss_mask[1:], dtype=torch.bool)
-        behav = torch.tensor(s.behaviour_logprobs[1:], dtype=torch.float32)[mask]
-        log_r = old[i][mask] - behav
-        sums["abs_diff"] += float(log_r.abs().sum())
-        sums["kl_k3"] += float((torch.exp(log_r) - 1.0 - log_r).sum())
-        sums["over_bound"] += float((log_r.abs() > bound).sum())
-        sums["tokens"] += float(mask.sum())
+        _add(sums, _mismatch_sums(old[i][mask] - sampler_logprobs(s)[mask], bound))
     return sums
+
+
+def sampler_logprobs(s: TrainingSample) -> Tensor:
+    """The sampler's logprob of each target token, aligned with the trainer's [len - 1] rows."""
+    return torch.tensor(s.behaviour_logprobs[1:], dtype=torch.float32)
 
 
 def tis_weights(samples: list[TrainingSample], old: list[Tensor | None], cap: float) -> list[Tensor | None]:
@@ -198,8 +211,7 @@ def tis_weights(samples: list[TrainingSample], old: list[Tensor | None], cap: fl
         elif not _has_behaviour(s):
             out.append(torch.ones_like(o))
         else:
-            behav = torch.tensor(s.behaviour_logprobs[1:], dtype=torch.float32)
-            out.append(torch.exp(o - behav).clamp(max=cap))
+            out.append(torch.exp(o - sampler_logprobs(s)).clamp(max=cap))
     return out
 
 
@@ -225,10 +237,9 @@ def dapo_trainer(model: nn.Module, cfg: DAPOConfig, stage: DAPOStage, total_step
                    schedule="constant", temperature=temperature, progress=progress, pad_id=pad_id)
 
 
-def mismatch_metrics(trainer: Trainer, samples: list[TrainingSample], index: list[int],
-                     old: list[Tensor | None], warn_kl: float) -> dict[str, float]:
-    """The sampler/trainer logprob mismatch over all processes, as metrics; warns on a jump."""
-    local = mismatch_stats(samples, index, old)
+def mismatch_metrics(trainer: Trainer, local: dict[str, float], warn_kl: float) -> dict[str, float]:
+    """The sampler/trainer logprob mismatch (``mismatch_stats`` sums) over all processes, as
+    metrics; warns on a jump."""
     sums = dict(zip(local, trainer.global_sum(list(local.values()))))
     n = max(sums["tokens"], 1.0)
     out = {
@@ -267,15 +278,34 @@ def step_summary(steps: list[dict[str, float]], seconds: float) -> dict[str, flo
     }
 
 
+def old_logprobs(trainer: Trainer, samples: list[TrainingSample], index: list[int],
+                 source: str) -> tuple[list[Tensor | None], dict[str, float] | None]:
+    """pi_old's logprobs of the samples ``index`` and the mismatch sums, or None where the first
+    step must measure them. ``trainer``: a scoring pass with the weights before any step (what
+    the rollouts' engine was given). ``sampler``: the engine's own logprobs, no pass; only where
+    every sample carries them (else the trainer scores, with a warning)."""
+    if source == "sampler":
+        if all(_has_behaviour(samples[i]) for i in index):
+            out: list[Tensor | None] = [None] * len(samples)
+            for i in index:
+                out[i] = sampler_logprobs(samples[i])
+            return out, None
+        log.warning("old_logprobs: sampler, but some samples carry no sampler logprobs: the trainer scores them all")
+    old = _score_samples(trainer, samples, index)
+    return old, mismatch_stats(samples, index, old)
+
+
 def iteration_update(trainer: Trainer, samples: list[TrainingSample], cfg: DAPOConfig, stage: DAPOStage,
                      *, ref_model: nn.Module | None = None, group_stats: dict[str, float] | None = None,
                      seed: int = 0, temperature: float = 1.0) -> dict[str, float]:
     """One DAPO policy update over an iteration's samples (advantages already set).
 
-    Old logprobs are recomputed with the weights as they are before any step, then the data is
-    passed over ONCE in shuffled minibatches of ``stage.batch_size`` trajectories per optimizer
-    step. Keep one Trainer across iterations to carry AdamW state over. ``temperature`` is the
-    sampler's: the policy trained is the one the rollouts were drawn from.
+    Old logprobs come from ``cfg.old_logprobs`` (see ``old_logprobs``), then the data is passed
+    over ONCE in shuffled minibatches of ``stage.batch_size`` trajectories per optimizer step.
+    With the sampler's logprobs, the first step's forward runs at the old weights and measures
+    the sampler/trainer mismatch on its samples. Keep one Trainer across iterations to carry AdamW
+    state over. ``temperature`` is the sampler's: the policy trained is the one the rollouts were
+    drawn from.
     """
     if stage.kl_coef > 0 and ref_model is None:
         raise ValueError(f"kl_coef={stage.kl_coef} needs a ref_model")
@@ -289,22 +319,25 @@ def iteration_update(trainer: Trainer, samples: list[TrainingSample], cfg: DAPOC
     plan = [trainer.shard(b) for b in minibatches(len(samples), stage.batch_size, seed)]
     own = sorted({i for b in plan for i in b})  # this process's samples
 
-    old = _score_samples(trainer, samples, own)
-    metrics.update(mismatch_metrics(trainer, samples, own, old, cfg.mismatch_warn_kl))
+    old, mismatch = old_logprobs(trainer, samples, own, cfg.old_logprobs)
     extras: dict[str, list] = {"old_logprobs": old}
     if cfg.tis_cap is not None:
         extras["tis_weight"] = tis_weights(samples, old, cfg.tis_cap)
     if stage.kl_coef > 0:
         extras["ref_logprobs"] = _score_samples(trainer, samples, own, model=ref_model.to(trainer.device),
                                                 desc="ref logprobs")
+    first_step, in_first = _no_mismatch(), trainer.steps_done
 
     def loss_fn(lp: Tensor, mb: MicroBatch, token_count: float) -> tuple[Tensor, dict[str, float]]:
+        if mismatch is None and trainer.steps_done == in_first:  # still the sampler's weights
+            _add(first_step, _mismatch_sums((lp.detach() - mb.extras["old_logprobs"])[mb.loss_mask > 0]))
         return dapo_loss(lp, mb.extras["old_logprobs"], mb.advantages, mb.loss_mask, stage.eps_low,
                          stage.eps_high, token_count=token_count, tis_weight=mb.extras.get("tis_weight"),
                          ref_logprobs=mb.extras.get("ref_logprobs"), kl_coef=stage.kl_coef)
 
     steps = [trainer.step(trainer.micro_batches(samples, index, extras), loss_fn)
              for index in progress_bar(plan, "dapo update", trainer.progress)]
+    metrics.update(mismatch_metrics(trainer, mismatch or first_step, cfg.mismatch_warn_kl))
     return metrics | step_summary(steps, time.perf_counter() - t0) | {"samples": float(len(samples))}
 
 

@@ -57,7 +57,7 @@ def test_mismatch_monitor_on_vllm_logprobs(engine, prompts, base_model):
     """The DAPO monitor (training.dapo.mismatch_metrics) between vLLM's sampled logprobs and the
     trainer's recomputation of them, both fp32: the numbers must be float noise."""
     from swerl.config import DAPOConfig, DAPOStage
-    from training.dapo import _score_samples, dapo_trainer, mismatch_metrics
+    from training.dapo import dapo_trainer, mismatch_metrics, old_logprobs
     from training.trajectory import TrainingSample
 
     outs = engine.generate(prompts, SamplingParams(temperature=1.0, max_new_tokens=32, seed=11))
@@ -67,7 +67,8 @@ def test_mismatch_monitor_on_vllm_logprobs(engine, prompts, base_model):
     cfg = DAPOConfig(stages=[stage])
     trainer = dapo_trainer(base_model, cfg, stage, total_steps=1, progress=False)
     index = list(range(len(samples)))
-    m = mismatch_metrics(trainer, samples, index, _score_samples(trainer, samples, index), cfg.mismatch_warn_kl)
+    _, sums = old_logprobs(trainer, samples, index, "trainer")
+    m = mismatch_metrics(trainer, sums, cfg.mismatch_warn_kl)
     print(f"\nvLLM vs trainer (fp32, {sum(len(c.token_ids) for c in outs)} tokens): "
           f"mean |diff| {m['mismatch/abs_diff_mean']:.2e}, KL k3 {m['mismatch/kl_k3']:.2e}, "
           f"over bound {m['mismatch/share_over_bound']:.3f}")

@@ -177,6 +177,44 @@ def test_iteration_update_tis_and_matched_sampler():
     assert m["loss"] == pytest.approx(-1 / 3, abs=1e-5)
 
 
+def test_sampler_old_logprobs_take_the_ratio_against_the_sampler_and_measure_the_first_step():
+    torch.manual_seed(0)
+    model = tiny_llama()
+    cfg, stage = _dapo_cfg(old_logprobs="sampler")
+    # sampler 1 nat below the trainer: r = e on every token. A = +1 clips at 1 + eps_high, A = -1
+    # keeps -e: loss = -(4 (1 + eps_high) - 2e) / 6. The first step (old weights) sees log r = +1.
+    m = _update(copy.deepcopy(model), _dapo_samples(model, 1.0), cfg, stage)
+    assert m["loss"] == pytest.approx(-(4 * (1 + stage.eps_high) - 2 * math.e) / 6, abs=1e-5)
+    assert m["clip_frac_high"] == pytest.approx(4 / 6, abs=1e-6)
+    assert m["mismatch/abs_diff_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert m["mismatch/kl_k3"] == pytest.approx(math.e - 2.0, abs=1e-4) and m["mismatch/warn"] == 1.0
+    # a sampler that agrees: the same update as rescoring with the trainer, without the pass
+    a, b = copy.deepcopy(model), copy.deepcopy(model)
+    ma = _update(a, _dapo_samples(model, 0.0), cfg, stage)
+    mb = _update(b, _dapo_samples(model, 0.0), _dapo_cfg()[0], stage)
+    assert ma["loss"] == pytest.approx(mb["loss"], abs=1e-6) == -1 / 3
+    assert ma["mismatch/kl_k3"] == pytest.approx(0.0, abs=1e-6)
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        assert torch.allclose(pa, pb, atol=1e-6)
+
+
+def test_sampler_old_logprobs_fall_back_to_the_trainer_where_a_sample_has_none(caplog):
+    torch.manual_seed(0)
+    model = tiny_llama()
+    samples = _dapo_samples(model, 1.0)
+    samples[1].behaviour_logprobs = [0.0] * len(samples[1].behaviour_logprobs)
+    cfg, stage = _dapo_cfg(old_logprobs="sampler")
+    m = _update(model, samples, cfg, stage)
+    assert "the trainer scores them all" in caplog.text
+    # rescored: r = 1, no clipping; the monitor counts the sample without logprobs
+    assert m["loss"] == pytest.approx(-1 / 3, abs=1e-5) and m["mismatch/samples_without_logprobs"] == 1
+
+
+def test_sampler_old_logprobs_exclude_tis():
+    with pytest.raises(ValueError, match="already taken against the sampler"):
+        DAPOConfig(old_logprobs="sampler", tis_cap=2.0)
+
+
 def test_iteration_update_minibatches_and_guards():
     torch.manual_seed(0)
     model = tiny_llama()
