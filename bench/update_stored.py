@@ -1,7 +1,8 @@
-"""One DAPO update over a run's stored train iteration, as the pipeline runs it, under two sets
-of settings: where an update's time goes on real multi-turn samples (a synthetic shape misses
-their lengths). Reads `rollouts/dapo-*` of the run only (train tasks), loads the policy those
-rollouts came from, and times ``iteration_update`` from fresh weights each time.
+"""One DAPO update over a run's stored train iteration under two sets of settings: where an
+update's time goes on real multi-turn samples (a synthetic shape misses their lengths). Reads
+`rollouts/dapo-*` of the run only (train tasks), loads the policy those rollouts came from in
+fp32, and times ``iteration_update`` with the first DAPO stage's settings, the run's seed and a
+fresh optimizer (the pipeline's first iteration exactly; later ones carry AdamW state over).
 
     python -m bench.update_stored RUN_ID --policy rft-0 [--iteration dapo-s1/0]
         [--preset cpu-demo-multiturn] [--a KEY=VALUE ...] [--b KEY=VALUE ...]

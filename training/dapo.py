@@ -283,9 +283,10 @@ def old_logprobs(trainer: Trainer, samples: list[TrainingSample], index: list[in
     """pi_old's logprobs of the samples ``index`` and the mismatch sums, or None where the first
     step must measure them. ``trainer``: a scoring pass with the weights before any step (what
     the rollouts' engine was given). ``sampler``: the engine's own logprobs, no pass; only where
-    every sample carries them (else the trainer scores, with a warning)."""
+    every sample on every process carries them (else all processes score, with a warning)."""
     if source == "sampler":
-        if all(_has_behaviour(samples[i]) for i in index):
+        lacking = sum(not _has_behaviour(samples[i]) for i in index)
+        if trainer.global_sum([float(lacking)])[0] == 0:  # one answer on every rank: scoring is collective
             out: list[Tensor | None] = [None] * len(samples)
             for i in index:
                 out[i] = sampler_logprobs(samples[i])
@@ -320,6 +321,8 @@ def iteration_update(trainer: Trainer, samples: list[TrainingSample], cfg: DAPOC
     own = sorted({i for b in plan for i in b})  # this process's samples
 
     old, mismatch = old_logprobs(trainer, samples, own, cfg.old_logprobs)
+    if mismatch is not None:
+        metrics.update(mismatch_metrics(trainer, mismatch, cfg.mismatch_warn_kl))
     extras: dict[str, list] = {"old_logprobs": old}
     if cfg.tis_cap is not None:
         extras["tis_weight"] = tis_weights(samples, old, cfg.tis_cap)
@@ -337,7 +340,8 @@ def iteration_update(trainer: Trainer, samples: list[TrainingSample], cfg: DAPOC
 
     steps = [trainer.step(trainer.micro_batches(samples, index, extras), loss_fn)
              for index in progress_bar(plan, "dapo update", trainer.progress)]
-    metrics.update(mismatch_metrics(trainer, mismatch or first_step, cfg.mismatch_warn_kl))
+    if mismatch is None:
+        metrics.update(mismatch_metrics(trainer, first_step, cfg.mismatch_warn_kl))
     return metrics | step_summary(steps, time.perf_counter() - t0) | {"samples": float(len(samples))}
 
 

@@ -8,6 +8,7 @@ what a SIGKILLed process left behind.
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import os
 import signal
@@ -26,6 +27,7 @@ _LIVE_LOCK = threading.Lock()
 _EXIT_HOOKS: list[Callable[[], None]] = []
 _handlers_installed = False
 _sigterm_installed = False
+_exiting = False  # atexit cleanup has begun
 
 
 def session_id() -> str:
@@ -96,8 +98,12 @@ def close_all() -> None:
 
 
 def _at_exit() -> None:
+    global _exiting
+    _exiting = True
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut cleanup short
+        # a second Ctrl-C or SIGTERM must not cut cleanup short
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     close_all()
 
 
@@ -118,16 +124,24 @@ def _signal_of(exc: BaseException | None) -> int | None:
 def _redeliver_swallowed_signal(unraisable: Any) -> None:
     """A handler's exception raised while a finalizer (`__del__`, a weakref callback) runs is
     printed and dropped by Python, and the process would run on as if never signalled (seen: a
-    SIGTERM during a sandbox-heavy load went unheard). Send the signal again from a thread a
-    moment later, once this hook has returned: sent from here, its handler would run in here."""
+    SIGTERM during a sandbox-heavy load went unheard). Send the signal again a moment later from a
+    bare thread, once this hook has returned (sent from here, its handler would run in here). Not
+    once the process is exiting: atexit callbacks report through this hook too, and the signal
+    would cut our own cleanup short. Inside a finalizer, so: no locks (threading.Thread takes
+    one), and the note goes straight to fd 2 (the finalizer may have interrupted a stderr write)."""
     sig = _signal_of(unraisable.exc_value)
-    if sig is None or threading.current_thread() is not threading.main_thread():
+    exiting = _exiting or sys.is_finalizing() or "atexit" in (unraisable.err_msg or "")
+    if sig is None or exiting or threading.current_thread() is not threading.main_thread():
         _previous_unraisablehook(unraisable)
         return
-    print(f"swerl: signal {sig} arrived inside a finalizer; delivering it again", file=sys.stderr)
-    again = threading.Timer(0.2, os.kill, (os.getpid(), sig))
-    again.daemon = True
-    again.start()
+    _thread.start_new_thread(_send_later, (sig, 0.2))
+    where = unraisable.err_msg or "Exception ignored in"
+    os.write(2, f"swerl: signal {sig} dropped ({where} {unraisable.object!r:.80}); sending it again\n".encode())
+
+
+def _send_later(sig: int, delay: float) -> None:
+    time.sleep(delay)
+    os.kill(os.getpid(), sig)
 
 
 _previous_unraisablehook: Callable[[Any], None] = sys.__unraisablehook__

@@ -162,7 +162,12 @@ def test_sigterm_to_a_running_flow_removes_its_sandboxes(tmp_path, when):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     owner = owner_label(proc.pid)  # what the child stamps on its sandboxes
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
 
     def ours() -> list[dict]:

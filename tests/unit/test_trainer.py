@@ -198,6 +198,17 @@ def test_sampler_old_logprobs_take_the_ratio_against_the_sampler_and_measure_the
         assert torch.allclose(pa, pb, atol=1e-6)
 
 
+def test_sampler_old_logprobs_measure_the_mismatch_at_the_first_step_only():
+    """Two steps: the second runs at moved weights, where trainer and sampler differ by design."""
+    torch.manual_seed(0)
+    model = tiny_llama()
+    cfg, _ = _dapo_cfg(old_logprobs="sampler")
+    stage = DAPOStage(batch_size=1, lr=5e-2, max_turns=4, l_thr=3)
+    m = _update(model, _dapo_samples(model, 0.0), cfg, stage)
+    assert m["steps"] == 2 and (m["ratio_max"] > 1.01 or m["ratio_min"] < 0.99)  # the weights moved
+    assert m["mismatch/abs_diff_mean"] == pytest.approx(0.0, abs=1e-6)
+
+
 def test_sampler_old_logprobs_fall_back_to_the_trainer_where_a_sample_has_none(caplog):
     torch.manual_seed(0)
     model = tiny_llama()
@@ -248,7 +259,7 @@ def test_rft_trains_on_resolved_only_and_writes_checkpoint(tmp_path):
 
 
 _TWO_PROCESS_SCRIPT = '''
-import json, torch
+import json, sys, torch
 from swerl.config import DAPOConfig, DAPOStage, SFTConfig
 from training.dapo import iteration_update
 from bench.synthetic import synthetic_samples, tiny_llama
@@ -257,9 +268,13 @@ torch.manual_seed(0)
 samples = synthetic_samples([100, 53, 71, 32, 120], vocab=128)
 for s, a in zip(samples, [1.0, -1.0, 0.5, -0.5, 1.0]):
     s.advantage = a
+if sys.argv[1] == "sampler":  # engine logprobs on all but the last sample: every rank must rescore
+    for s in samples[:4]:
+        s.behaviour_logprobs = [-0.5 if m else 0.0 for m in s.loss_mask]
 # 5 samples, 2 per step: the last step leaves rank 1 with only a padding micro-batch
 stage = DAPOStage(batch_size=2, lr=1e-3, max_turns=4, l_thr=3)
-cfg = DAPOConfig(stages=[stage], train=SFTConfig(micro_batch_tokens=128, gradient_checkpointing=False))
+cfg = DAPOConfig(stages=[stage], train=SFTConfig(micro_batch_tokens=128, gradient_checkpointing=False),
+                 old_logprobs=sys.argv[1])
 t = Trainer(tiny_llama(), cfg.train, total_steps=6, lr=stage.lr, schedule="constant", progress=False)
 m = [iteration_update(t, samples, cfg, stage, seed=k) for k in range(2)]
 w = sum(float(p.detach().double().sum()) for p in t.unwrapped().parameters())
@@ -271,16 +286,18 @@ t.close()
 
 
 @pytest.mark.slow
-def test_two_processes_match_one(tmp_path):
+@pytest.mark.parametrize("old_logprobs", ["trainer", "sampler"])
+def test_two_processes_match_one(tmp_path, old_logprobs):
     """DDP over gloo: sharding, padding micro-batches and global token normalisation give the
-    single-process numbers."""
+    single-process numbers. With `sampler` one sample lacks engine logprobs: the ranks agree to
+    rescore (a rank that scored alone would hang in the collective)."""
     script = tmp_path / "two.py"
     script.write_text(_TWO_PROCESS_SCRIPT)
     repo = Path(__file__).resolve().parents[2]
     env = os.environ | {"PYTHONPATH": str(repo), "ACCELERATE_USE_CPU": "true"}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     outs = []
-    for cmd in ([sys.executable, str(script)], torchrun + [str(script)]):
+    for cmd in ([sys.executable, str(script), old_logprobs], torchrun + [str(script), old_logprobs]):
         # Own process group, so a hang is killed with its workers, not just the launcher.
         proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
