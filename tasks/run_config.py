@@ -15,7 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from swerl.config import ConfigError, SwerlConfig, config_from_dict, dump_config, parse_override
+from swerl.config import (ConfigError, SwerlConfig, config_from_dict, dump_config, flat_params, load_config,
+                          parse_override)
 from swerl.paths import state_dir
 from swerl.store import open_store
 
@@ -78,7 +79,25 @@ def choose_preset(run_id: str | None, preset: str | None, overrides: list[str],
     if preset is not None and Path(preset).stem != theirs:
         raise ConfigError(f"run {run_id} was made with preset {theirs!r}, not {preset!r}: drop --preset to use "
                           "the run's own config (--set changes single values), or drop --run for a new run")
-    return RunChoice(str(local_config_file(run_id, stored)), from_run=True)
+    local = local_config_file(run_id, stored)
+    warning = _stored_differs(run_id, preset, local, overrides) if preset is not None else ""
+    return RunChoice(str(local), from_run=True, warning=warning)
+
+
+def _stored_differs(run_id: str, preset: str, local: Path, overrides: list[str], shown: int = 6) -> str:
+    """A notice when `--preset P --run R` runs R's stored config and it is not P's file: a value
+    pinned by an earlier `--set`, or a preset edited since the run, would otherwise act unseen."""
+    try:
+        ours, theirs = flat_params(load_config(preset, overrides)), flat_params(load_config(str(local), overrides))
+    except ConfigError:
+        return ""  # the overrides' own error is raised where the config is built
+    diff = [k for k in sorted(ours.keys() | theirs.keys()) if ours.get(k) != theirs.get(k)]
+    if not diff:
+        return ""
+    listed = ", ".join(f"{k}: {theirs.get(k, '(unset)')} (preset file: {ours.get(k, '(unset)')})" for k in diff[:shown])
+    more = f", and {len(diff) - shown} more" if len(diff) > shown else ""
+    return (f"run {run_id} runs its stored config ({config_key(run_id)}), which differs from preset {preset!r} in "
+            f"{len(diff)} value(s): {listed}{more}; --set KEY=VALUE changes one")
 
 
 def _preset_of_run_id(run_id: str, overrides: list[str]) -> RunChoice:

@@ -174,3 +174,16 @@ def test_evaluate_of_a_cpu_demo_run_runs_with_its_config(cpu_demo_run, fake_eval
         out = capsys.readouterr()
     assert out.err == REFUSED.format(run=ref.run_id) + "\n" and out.out == ""
     assert len(fake_evaluation) == 1, "refused before the evaluation ran"
+
+
+def test_a_preset_named_with_its_run_says_where_the_stored_config_differs(cpu_demo_run):
+    """`--preset P --run R` runs R's stored config; a value pinned there by an earlier --set (here
+    seed 1) is named, and a --set that agrees with it leaves nothing to say."""
+    from tasks.run_config import choose_preset
+
+    ref, where, _ = cpu_demo_run
+    choice = choose_preset(ref.run_id, "cpu-demo-1turn", list(where))
+    assert choice.from_run and choice.preset.endswith("config.yaml")
+    assert "differs from preset 'cpu-demo-1turn' in 1 value(s): seed: 1 (preset file: 0)" in choice.warning
+    assert choose_preset(ref.run_id, "cpu-demo-1turn", [*where, "seed=1"]).warning == ""
+    assert choose_preset(ref.run_id, None, list(where)).warning == "", "no preset named: nothing to compare"
