@@ -84,7 +84,9 @@ def test_report_of_a_cpu_demo_run_uses_its_config(cpu_demo_run):
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr == REFUSED.format(run=ref.run_id) + "\n"
     out = _swerl("report", ref.run_id, "--preset", "cpu-demo-1turn", *(a for w in where for a in ("--set", w)), cwd=tmp_path)
-    assert out.returncode == 0 and "warning" not in out.stderr, out.stderr[-3000:]
+    assert out.returncode == 0, out.stderr[-3000:]
+    # ... with a notice of what the run's stored config pins against the preset file (seed 1)
+    assert "differs from preset 'cpu-demo-1turn' in 1 value(s): seed: 1 (preset file: 0)" in out.stderr
 
 
 def test_promote_and_evaluate_read_the_runs_preset(cpu_demo_run):
