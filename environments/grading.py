@@ -15,6 +15,7 @@ Status `error` (with `error_reason`) is for verdicts we could not reach, never a
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 import shlex
@@ -33,6 +34,7 @@ from environments.patch_scope import parse_numstat_z, scope_violations
 from environments.predictions import read_predictions
 from environments.records import GradeResult, TaskInstance
 from environments.sandbox import Sandbox, SandboxError, open_sandbox, run_env_prefix
+from environments.scope_cache import ScopeCache, rules_digest
 from swerl.config import EnvironmentConfig
 
 log = logging.getLogger(__name__)
@@ -266,8 +268,17 @@ def _outside(task: TaskInstance, problems: list[str], duration_s: float) -> Grad
                        log=f">>>>> swerl: {reason}", duration_s=duration_s)
 
 
+def scope_cache(root: Path) -> ScopeCache:
+    """The on-disk cache of gold scope verdicts under `root`, keyed by the rules as they are now."""
+    import environments.patch_scope as rules
+
+    sources = [Path(rules.__file__).read_text(), inspect.getsource(out_of_scope),
+               inspect.getsource(task_test_files), scope_script()]
+    return ScopeCache(root, rules_digest(sources), task_test_files)
+
+
 def gold_out_of_scope(tasks: list[TaskInstance], env_cfg: EnvironmentConfig,
-                      workers: int = 4) -> dict[str, list[str]]:
+                      workers: int = 4, cache: ScopeCache | None = None) -> dict[str, list[str]]:
     """The tasks whose own reference patch the grader refuses (`out_of_scope`), with the reasons.
 
     Why: such a task is unsolvable (the real fix is graded `unresolved`), and a dataset pinned
@@ -275,11 +286,12 @@ def gold_out_of_scope(tasks: list[TaskInstance], env_cfg: EnvironmentConfig,
     package). Curation's validation catches them in new datasets; this catches them in old ones.
     One sandbox per (repo, base commit), whose tracked files decide the scope, `workers` at once
     (a sandbox mostly waits on Docker); a group whose sandbox fails is logged and kept, never
-    dropped for an infrastructure error.
+    dropped for an infrastructure error. With `cache`, a task checked before is not checked again.
     """
+    known = {t.instance_id: got for t in tasks if cache and (got := cache.get(t)) is not None}
     groups: dict[tuple[str, str], list[TaskInstance]] = {}
     for t in tasks:
-        if t.patch.strip():
+        if t.patch.strip() and t.instance_id not in known:
             groups.setdefault((t.repo, t.base_commit), []).append(t)
 
     def check(group: list[TaskInstance]) -> dict[str, list[str]]:
@@ -289,6 +301,8 @@ def gold_out_of_scope(tasks: list[TaskInstance], env_cfg: EnvironmentConfig,
                 for t in group:
                     write_model_patch(sb, t.patch)
                     problems = out_of_scope(t, t.patch, sb.run(scope_script()).output)
+                    if problems is not None and cache:
+                        cache.put(t, problems)
                     if problems:
                         refused[t.instance_id] = problems
         except SandboxError as e:
@@ -296,8 +310,12 @@ def gold_out_of_scope(tasks: list[TaskInstance], env_cfg: EnvironmentConfig,
                         group[0].repo, group[0].base_commit[:12], len(group), e)
         return refused
 
+    if known:
+        log.info("scope check: %d of %d tasks known from earlier runs, %d sandboxes to start",
+                 len(known), len(tasks), len(groups))
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return {k: v for part in pool.map(check, groups.values()) for k, v in part.items()}
+        fresh = {k: v for part in pool.map(check, groups.values()) for k, v in part.items()}
+    return {iid: problems for iid, problems in known.items() if problems} | fresh
 
 
 def grade_prediction(task: TaskInstance, patch: str | None, env_cfg: EnvironmentConfig,
