@@ -158,6 +158,9 @@ class VLLMEngineConfig(Strict):
     # use offset"); whole-prompt prefills keep every seeded row reproducible
     chunked_prefill: bool = False
     max_num_seqs: int | None = Field(None, ge=1)  # requests batched at once; None = vLLM's default
+    # tokens per KV block, the prefix cache's unit: a prompt's last partial block is computed again
+    # on every turn. None = vLLM's choice (128 on CPU); on CPU a multiple of 32 (docs/DEMO.md)
+    block_size: int | None = Field(None, ge=1)
 
 
 class RolloutConfig(Strict):

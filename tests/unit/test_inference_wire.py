@@ -226,13 +226,13 @@ def test_vllm_engine_knobs_become_engine_arguments():
     from swerl.config import VLLMEngineConfig
     from training.inference.vllm_backend import engine_args
 
-    args = engine_args(VLLMEngineConfig(kv_cache_gib=1.5, max_num_seqs=32))
+    args = engine_args(VLLMEngineConfig(kv_cache_gib=1.5, max_num_seqs=32, block_size=32))
     assert args["kv_cache_memory_bytes"] == int(1.5 * 2**30) and "max_model_len" not in args  # gpu.max_model_len's
-    assert args["max_num_seqs"] == 32 and args["enforce_eager"] is True
+    assert args["max_num_seqs"] == 32 and args["enforce_eager"] is True and args["block_size"] == 32
     assert args["enable_chunked_prefill"] is False and args["enable_prefix_caching"] is True
     assert args["worker_extension_cls"] == "training.inference.vllm_sync.WeightSync"
     defaults = engine_args(VLLMEngineConfig(kv_cache_gib=None))
-    assert "kv_cache_memory_bytes" not in defaults
+    assert "kv_cache_memory_bytes" not in defaults and "block_size" not in defaults
 
 
 class CharTokenizer(TinyTokenizer):

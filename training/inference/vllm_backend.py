@@ -62,6 +62,8 @@ def engine_args(cfg: VLLMEngineConfig) -> dict[str, Any]:
         args["kv_cache_memory_bytes"] = int(cfg.kv_cache_gib * 2**30)
     if cfg.max_num_seqs is not None:
         args["max_num_seqs"] = cfg.max_num_seqs
+    if cfg.block_size is not None:
+        args["block_size"] = cfg.block_size
     return args
 
 
