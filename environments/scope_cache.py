@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Callable, Iterable
 
 from environments.records import TaskInstance
+from swerl.store import write_local_atomic
 
 
 def rules_digest(sources: Iterable[str]) -> str:
@@ -47,13 +47,10 @@ class ScopeCache:
         return [str(p) for p in problems] if isinstance(problems, list) else None
 
     def put(self, task: TaskInstance, problems: list[str]) -> None:
-        """Atomic (temp file, then rename): a reader never sees half a verdict. A full or
+        """Atomic (the store's write-then-rename): a reader never sees half a verdict. A full or
         read-only disk only costs the next run a recheck."""
-        path = self._path(task)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        record = json.dumps({"instance_id": task.instance_id, "problems": problems}).encode()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps({"instance_id": task.instance_id, "problems": problems}))
-            os.replace(tmp, path)
+            write_local_atomic(self._path(task), [record])
         except OSError:
-            tmp.unlink(missing_ok=True)
+            pass

@@ -197,7 +197,7 @@ def _is_hidden(key: str) -> bool:
     return any(part.startswith(TMP_PREFIX) for part in key.split("/"))
 
 
-def _write_local_atomic(path: Path, chunks: Iterable[bytes]) -> None:
+def write_local_atomic(path: Path, chunks: Iterable[bytes]) -> None:
     """Write beside the target, fsync, then rename: readers see the old object or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f"{TMP_PREFIX}{uuid.uuid4().hex}"
@@ -309,7 +309,7 @@ class Store:
         path = self._path(_clean_key(key))
         self._ensure_bucket()
         if self.local:
-            self._retry(f"put {key}", lambda: _write_local_atomic(Path(path), [data]))
+            self._retry(f"put {key}", lambda: write_local_atomic(Path(path), [data]))
         else:
             self._retry(f"put {key}", lambda: self.fs.pipe_file(path, data))
 
@@ -319,7 +319,7 @@ class Store:
         src = Path(local_path)
         self._ensure_bucket()
         if self.local:
-            self._retry(f"put {key}", lambda: _write_local_atomic(Path(path), _read_chunks(src)))
+            self._retry(f"put {key}", lambda: write_local_atomic(Path(path), _read_chunks(src)))
         else:
             self._retry(f"put {key}", lambda: self.fs.put_file(str(src), path))
 
