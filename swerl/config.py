@@ -283,10 +283,15 @@ class DAPOStage(Strict):
     filter_solved_share: float | None = None  # stage 2: drop tasks solved >= this share
     drop_never_solved: bool = False
     # DAPO's dynamic sampling (Yu et al. 2025): while fewer than `min_groups_kept` groups have a
-    # nonzero advantage, draw `problems_per_iteration` more unseen problems, up to
-    # `max_problems_per_iteration` in all (None: no second draw)
+    # nonzero advantage, draw `problems_per_extra_draw` (None: `problems_per_iteration`) more
+    # unseen problems, up to `max_problems_per_iteration` in all (None: no second draw). A smaller
+    # extra draw stops nearer the groups wanted: one group short costs that many problems, not a batch
     min_groups_kept: int = Field(0, ge=0)
     max_problems_per_iteration: int | None = Field(None, ge=1)
+    problems_per_extra_draw: int | None = Field(None, ge=1)
+    # the update's batch in groups (None: every group with a gradient): DAPO fills a batch of fixed
+    # size and sets the rest aside; the first ones drawn are kept, whatever order episodes end in
+    max_groups_kept: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _thresholds(self) -> "DAPOStage":
@@ -299,6 +304,12 @@ class DAPOStage(Strict):
         if self.min_groups_kept and cap is None:
             raise ValueError("min_groups_kept needs max_problems_per_iteration (the most problems an "
                              "iteration may draw), or it could never draw a second time")
+        if self.max_groups_kept is not None and self.max_groups_kept < self.min_groups_kept:
+            raise ValueError(f"max_groups_kept ({self.max_groups_kept}) is below min_groups_kept "
+                             f"({self.min_groups_kept})")
+        if self.problems_per_extra_draw is not None and not self.min_groups_kept:
+            raise ValueError("problems_per_extra_draw needs min_groups_kept: without it no iteration "
+                             "draws a second time")
         return self
 
 

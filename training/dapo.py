@@ -58,8 +58,10 @@ def dynamic_sampling(groups: Sequence[Sequence[Any]]) -> tuple[list[Sequence[Any
     return kept, len(groups) - len(kept)
 
 
-def samples_from_groups(groups: list[list[Trajectory]], delta: float) -> tuple[list[TrainingSample], dict[str, float]]:
-    """Training samples (with advantages) from each prompt's group of trajectories.
+def samples_from_groups(groups: list[list[Trajectory]], delta: float,
+                        max_groups: int | None = None) -> tuple[list[TrainingSample], dict[str, float]]:
+    """Training samples (with advantages) from each prompt's group of trajectories; at most the
+    first `max_groups` groups that carry a gradient, as DAPO fills a batch of fixed size.
 
     Episodes that ended in an infrastructure error are dropped before the group statistics:
     they say nothing about the policy and must not count as reward 0. A format-error turn gets
@@ -70,6 +72,8 @@ def samples_from_groups(groups: list[list[Trajectory]], delta: float) -> tuple[l
     clean = [[t for t in g if t.status != "error"] for g in groups]
     errored = sum(len(g) for g in groups) - sum(len(g) for g in clean)
     kept, dropped = dynamic_sampling(clean)
+    over = kept[max_groups:] if max_groups is not None else []
+    kept = kept[:max_groups] if max_groups is not None else kept
     samples = []
     for g in kept:
         for traj, adv in zip(g, group_advantages([t.reward for t in g], delta)):
@@ -80,6 +84,7 @@ def samples_from_groups(groups: list[list[Trajectory]], delta: float) -> tuple[l
     stats = {
         "groups_kept": float(len(kept)),
         "groups_dropped": float(dropped),
+        "groups_over_batch": float(len(over)),
         "trajectories_errored": float(errored),
         "reward_mean": sum(t.reward for t in valid) / len(valid) if valid else float("nan"),
         "resolved_share": sum(t.status == "resolved" for t in valid) / len(valid) if valid else float("nan"),

@@ -193,12 +193,15 @@ def dapo_problems(ctx: RunContext, pool: list[TaskInstance], stage: DAPOStagePla
     return rng.sample(pool, len(pool))
 
 
-def prompt_groups(trajectories: list[Trajectory]) -> list[list[Trajectory]]:
-    """One group per task (DAPO's prompt groups)."""
+def prompt_groups(trajectories: list[Trajectory], order: list[TaskInstance] | None = None) -> list[list[Trajectory]]:
+    """One group per task (DAPO's prompt groups), in `order` where given (the draw order, so that
+    a batch cap keeps the first groups drawn, whatever order their episodes ended in)."""
     groups: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajectories:
         groups[t.task_id].append(t)
-    return list(groups.values())
+    if order is None:
+        return list(groups.values())
+    return [groups[t.instance_id] for t in order if t.instance_id in groups]
 
 
 def informative_groups(trajectories: list[Trajectory]) -> int:
@@ -209,17 +212,18 @@ def informative_groups(trajectories: list[Trajectory]) -> int:
 def dapo_rollouts(ctx: RunContext, stage: DAPOStagePlan, iteration: int, pool: list[TaskInstance],
                   policy: str) -> tuple[list[TaskInstance], RolloutStats, int]:
     """The iteration's groups. Dynamic sampling: while fewer than `min_groups_kept` groups carry
-    a gradient, draw the next `problems_per_iteration` problems (up to `max_problems_per_iteration`).
+    a gradient, draw the next `problems_per_extra_draw` problems (up to `max_problems_per_iteration`).
     Every draw lands in the same iteration's records, so a resumed iteration redoes none of them.
     Returns the problems drawn, their rollouts and the number of draws."""
     c = stage.cfg
     order = dapo_problems(ctx, pool, stage, iteration)
     cap = min(c.max_problems_per_iteration or c.problems_per_iteration, len(order))
+    extra = c.problems_per_extra_draw or c.problems_per_iteration
     spec = episode_spec(ctx.cfg, c)
     drawn: list[TaskInstance] = []
     parts: list[RolloutStats] = []
     while len(drawn) < cap:
-        chunk = order[len(drawn): min(len(drawn) + c.problems_per_iteration, cap)]
+        chunk = order[len(drawn): min(len(drawn) + (extra if drawn else c.problems_per_iteration), cap)]
         parts.append(rollouts(ctx, stage.name, iteration, chunk, c.group_size, policy, spec=spec,
                               sampling=ctx.cfg.rollout.sampling))
         drawn += chunk
@@ -228,8 +232,7 @@ def dapo_rollouts(ctx: RunContext, stage: DAPOStagePlan, iteration: int, pool: l
             break
         if len(drawn) < cap:
             log.info("%s/%d: %d of %d groups carry a gradient (want %d): drawing %d more problems",
-                     stage.name, iteration, kept, len(drawn), c.min_groups_kept,
-                     min(c.problems_per_iteration, cap - len(drawn)))
+                     stage.name, iteration, kept, len(drawn), c.min_groups_kept, min(extra, cap - len(drawn)))
     return drawn, RolloutStats.combine(parts), len(parts)
 
 
@@ -248,7 +251,8 @@ def dapo_iteration(ctx: RunContext, stage: DAPOStagePlan, iteration: int, pool: 
     t0 = time.monotonic()
     problems, stats, draws = dapo_rollouts(ctx, stage, iteration, pool, policy)
     t_roll = time.monotonic() - t0
-    samples, group_stats = samples_from_groups(prompt_groups(stats.trajectories), ctx.cfg.dapo.adv_delta)
+    samples, group_stats = samples_from_groups(prompt_groups(stats.trajectories, problems), ctx.cfg.dapo.adv_delta,
+                                               stage.cfg.max_groups_kept)
     out = ctx.work / "staging" / name
     shutil.rmtree(out, ignore_errors=True)
     info = {"stage": stage.name, "iteration": iteration, "parent": policy, "run_id": ctx.run_id, "version": name,

@@ -82,6 +82,20 @@ def test_samples_from_groups_drops_errors_and_flat_groups():
     assert stats["resolved_share"] == pytest.approx(2 / 5)
 
 
+def test_a_batch_cap_keeps_the_first_groups_with_a_gradient():
+    def group(task, rewards):
+        return [make_trajectory(prompt=[1, 2], turns=[([3, 4], False, [5])], status="resolved" if r else "unresolved",
+                                reward=r, task_id=task, sample_index=i) for i, r in enumerate(rewards)]
+
+    groups = [group("a", [0.0, 0.0]), group("b", [1.0, 0.0]), group("c", [0.0, 1.0]), group("d", [1.0, 0.0])]
+    samples, stats = samples_from_groups(groups, delta=0.0, max_groups=2)
+    assert [s.advantage for s in samples] == pytest.approx([1.0, -1.0, -1.0, 1.0])  # b, then c; d set aside
+    assert (stats["groups_kept"], stats["groups_dropped"], stats["groups_over_batch"]) == (2, 1, 1)
+    assert stats["reward_mean"] == pytest.approx(3 / 8)  # the rollouts' reward: every group counts
+    _, uncapped = samples_from_groups(groups, delta=0.0)
+    assert (uncapped["groups_kept"], uncapped["groups_over_batch"]) == (3, 0)
+
+
 def test_l_thr_at_the_turn_limit_penalises_nothing():
     """A one-turn curriculum (max_turns 1) sets l_thr = max_turns: no episode is penalised."""
     from swerl.config import DAPOStage

@@ -41,13 +41,14 @@ def test_stage2_rule_uses_history():
     assert dropped == {"mostly_solved": 1, "never_solved": 1}
 
 
-def _dynamic_ctx(tmp_path, min_kept: int, cap: int | None):
+def _dynamic_ctx(tmp_path, min_kept: int, cap: int | None, per_iteration: int = 2, extra: int | None = None):
     from swerl.config import load_config
     from swerl.store import Store
     from training.run import RunContext
 
-    sets = ["dapo.stages=[{problems_per_iteration: 2, group_size: 2, max_turns: 3, l_thr: 3, "
-            f"min_groups_kept: {min_kept}, max_problems_per_iteration: {'null' if cap is None else cap}}}]"]
+    sets = [f"dapo.stages=[{{problems_per_iteration: {per_iteration}, group_size: 2, max_turns: 3, l_thr: 3, "
+            f"min_groups_kept: {min_kept}, max_problems_per_iteration: {'null' if cap is None else cap}, "
+            f"problems_per_extra_draw: {'null' if extra is None else extra}}}]"]
     return RunContext(cfg=load_config("smoke", sets), store=Store(f"file://{tmp_path}/store"), run_id="r")
 
 
@@ -98,6 +99,35 @@ def test_dynamic_sampling_stops_at_the_cap_and_is_off_by_default(tmp_path, monke
     assert draws == 1 and len(drawn) == 2
 
 
+def test_extra_draws_take_their_own_size_after_a_full_first_draw(tmp_path, monkeypatch):
+    from training import stages
+
+    pool = [_task(x) for x in "abcdefghij"]
+    solved = {"a": 0, "b": 0, "c": 0, "d": 1, "e": 0, "f": 0, "g": 0, "h": 1, "i": 1, "j": 1}
+    calls: list[list[str]] = []
+    monkeypatch.setattr(stages, "rollouts", _fake_rollouts(solved, calls))
+    ctx = _dynamic_ctx(tmp_path, min_kept=3, cap=9, per_iteration=4, extra=2)
+    plan = stages.dapo_plan(ctx.cfg)[0]
+    order = [t.instance_id for t in stages.dapo_problems(ctx, pool, plan, 0)]
+    drawn, _, draws = stages.dapo_rollouts(ctx, plan, 0, pool, "base")
+    sizes = [4, 2, 2, 1]  # the first draw is problems_per_iteration, the last one stops at the cap
+    ends = [sum(sizes[: k + 1]) for k in range(len(sizes))]
+    want = next((k + 1 for k, n in enumerate(ends) if sum(solved[x] for x in order[:n]) >= 3), len(sizes))
+    assert draws == want and [len(c) for c in calls] == sizes[:want]
+    assert [t.instance_id for t in drawn] == order[: ends[want - 1]]
+
+
+def test_prompt_groups_follow_the_draw_order_not_the_finish_order():
+    from training.stages import prompt_groups
+
+    finished = [_traj("b", 0, "resolved"), _traj("a", 0, "unresolved"), _traj("b", 1, "unresolved"),
+                _traj("c", 0, "resolved"), _traj("a", 1, "resolved")]
+    assert [g[0].task_id for g in prompt_groups(finished)] == ["b", "a", "c"]
+    drawn = [_task("c"), _task("a"), _task("b")]
+    assert [[(t.task_id, t.sample_index) for t in g] for g in prompt_groups(finished, drawn)] == [
+        [("c", 0)], [("a", 0), ("a", 1)], [("b", 0), ("b", 1)]]
+
+
 def test_dynamic_sampling_needs_a_cap_at_least_one_draw():
     from swerl.config import ConfigError, load_config
 
@@ -105,6 +135,12 @@ def test_dynamic_sampling_needs_a_cap_at_least_one_draw():
         load_config("smoke", ["dapo.stages=[{min_groups_kept: 2, max_turns: 3, l_thr: 3}]"])
     with pytest.raises(ConfigError, match="below problems_per_iteration"):
         load_config("smoke", ["dapo.stages=[{problems_per_iteration: 4, max_problems_per_iteration: 2, "
+                              "max_turns: 3, l_thr: 3}]"])
+    with pytest.raises(ConfigError, match="max_groups_kept .3. is below min_groups_kept .4."):
+        load_config("smoke", ["dapo.stages=[{min_groups_kept: 4, max_groups_kept: 3, max_problems_per_iteration: 16, "
+                              "max_turns: 3, l_thr: 3}]"])
+    with pytest.raises(ConfigError, match="problems_per_extra_draw needs min_groups_kept"):
+        load_config("smoke", ["dapo.stages=[{problems_per_extra_draw: 2, max_problems_per_iteration: 8, "
                               "max_turns: 3, l_thr: 3}]"])
 
 
