@@ -25,8 +25,8 @@ from tasks.run_context import RunRef, open_run
 from training.stages import dapo_plan
 
 # the DAPO metrics shown per iteration in the flow run's table artifact
-DAPO_TABLE_KEYS = ("reward_mean", "resolved_rate", "problems", "groups_kept", "groups_dropped", "loss",
-                   "clip_frac_high", "mismatch/kl_k3", "mean_turns")
+DAPO_TABLE_KEYS = ("reward_mean", "resolved_rate", "problems", "groups_kept", "groups_dropped", "groups_over_batch",
+                   "loss", "clip_frac_high", "mismatch/kl_k3", "mean_turns")
 
 
 def _ref(preset: str | None, overrides: list[str] | None, run_id: str | None) -> RunRef:

@@ -28,7 +28,7 @@ from training.trajectory import Trajectory  # noqa: E402
 COLORS = ["#8C8C8C", "#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B2", "#937860", "#DA8BC3"]
 DPI = 110
 ITERATION_KEYS = ["reward_mean_all", "resolved_rate", "format_error_rate", "mean_turns", "problems",
-                  "groups_kept", "groups_dropped", "clip_frac_high", "mismatch/kl_k3"]
+                  "groups_kept", "groups_dropped", "groups_over_batch", "clip_frac_high", "mismatch/kl_k3"]
 
 
 def _color(i: int) -> str:
