@@ -38,10 +38,12 @@ def one_update(preset: str, overrides: list[str], run_id: str, iteration: str, p
     episodes = stored_trajectories(ctx, f"{iteration}/")
     if not episodes:
         raise SystemExit(f"no stored episodes under rollouts/{iteration}/ of run {run_id}")
-    samples, groups = samples_from_groups(prompt_groups(episodes), cfg.dapo.adv_delta)
+    stage = cfg.dapo.stages[0]
+    # the update's batch cap as the pipeline applies it; the store does not keep the draw order,
+    # so a capped bench keeps the first groups by task name, not the first drawn
+    samples, groups = samples_from_groups(prompt_groups(episodes), cfg.dapo.adv_delta, stage.max_groups_kept)
     path = model_dir(ctx, policy)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    stage = cfg.dapo.stages[0]
     trainer = dapo_trainer(model, cfg.dapo, stage, -(-len(samples) // stage.batch_size),
                            cfg.rollout.sampling.temperature, progress=True,
                            pad_id=pad_id_of(AutoTokenizer.from_pretrained(path)))

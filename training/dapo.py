@@ -73,7 +73,7 @@ def samples_from_groups(groups: list[list[Trajectory]], delta: float,
     errored = sum(len(g) for g in groups) - sum(len(g) for g in clean)
     kept, dropped = dynamic_sampling(clean)
     over = kept[max_groups:] if max_groups is not None else []
-    kept = kept[:max_groups] if max_groups is not None else kept
+    kept = kept[:max_groups]  # [:None] keeps them all
     samples = []
     for g in kept:
         for traj, adv in zip(g, group_advantages([t.reward for t in g], delta)):
