@@ -106,9 +106,9 @@ cmd_up() {
   build_images
   log "starting: docker compose up -d --wait"
   local t0=$SECONDS
-  if ! compose up -d --wait --wait-timeout "${SWERL_WAIT_TIMEOUT:-600}" --remove-orphans; then
-    compose ps -a >&2 || true
+  if ! compose up -d --wait --wait-timeout "${SWERL_WAIT_TIMEOUT:-900}" --remove-orphans; then
     compose logs --tail 40 >&2 || true
+    compose ps -a >&2 || true   # last, so a truncated tail still shows which service is not up
     die "the stack did not become healthy (logs above; 'bash infra/stack.sh down' to stop it)"
   fi
   log "healthy in $((SECONDS - t0))s"
