@@ -13,7 +13,8 @@ ENGINE_STAMP := .venv/.swerl-engine-$(VLLM)
 USES_VLLM = $(shell $(PY) -c 'from swerl.config import load_config; print("yes" if load_config("$(PRESET)").rollout.backend == "vllm" else "")' 2>/dev/null)
 PYTEST_ARGS ?=
 # the suite in 2 processes, a test file each at a time (pytest-xdist): most integration tests wait on
-# containers and servers; 2,245 s against 2,831 s in one process on a 2-core machine. TEST_WORKERS=0: one
+# containers and servers; 2,245 s against 2,831 s in one process on a 2-core machine. The three
+# whole-pipeline files run first, on one worker (tests/conftest.py). TEST_WORKERS=0: one process
 TEST_WORKERS ?= 2
 # extra flags: `make demo ARGS='--set seed=1'`, `make down ARGS=-v`
 ARGS ?=
